@@ -1,0 +1,128 @@
+// Package backend is the storage seam of envoy-rls: a Store keeps the state of
+// every counter key and decides a whole request's limits together, all or
+// nothing. Memory is the embedded, bounded store; the Redis store shares the
+// same contract. Nothing here knows about gRPC or YAML, so a Go program can
+// use a Store with pkg/algorithms as a plain in-process limiter.
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+)
+
+// Mode says how an item's denial counts towards the request's verdict.
+type Mode uint8
+
+const (
+	// Enforced items deny the whole request when they deny.
+	Enforced Mode = iota
+	// Shadow items are evaluated, charged when they allow and the request is
+	// allowed, and reported, but never deny the request.
+	Shadow
+	// Quota items deny the request only when every quota group of the request
+	// has at least one denying item (envoyproxy/ratelimit's quota_mode).
+	Quota
+)
+
+// Item is one limit to decide for one counter key.
+type Item struct {
+	// Key identifies the counter. Two items with the same Key share one
+	// state, so a Key must encode the limit's identity (see pkg/rls). Items
+	// of one request with the same Key are decided in order, each seeing the
+	// hits of the ones before it.
+	Key string
+	// Limit is the limit to decide. It must be valid.
+	Limit algorithms.Limit
+	// Hits is the number of hits to charge; 0 checks without charging.
+	Hits uint64
+	// Mode says how a denial of this item counts.
+	Mode Mode
+	// Group ties Quota items of one descriptor together: a quota descriptor
+	// is over its limit when any of its items denies. Ignored for other modes.
+	Group int
+}
+
+// Store decides requests against stored state.
+//
+// Apply decides items together and writes one Decision per item into out
+// (len(out) must be at least len(items)). The request is allowed unless an
+// Enforced item denies, or every Quota group has a denying item (see
+// Verdict). When it is allowed, every item whose own decision allows is
+// charged; when it is denied, nothing is charged at all, and the Decisions of
+// the items that would have allowed report their state without this
+// request's hits. Apply is safe for concurrent use and exact: no
+// interleaving of concurrent calls allows more than the algorithms permit.
+//
+// An error means the store could not decide (the backend is unreachable or
+// too slow for ctx); then nothing is known about what was charged.
+type Store interface {
+	Apply(ctx context.Context, items []Item, out []algorithms.Decision) (allowed bool, err error)
+	Close() error
+}
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("backend: store is closed")
+
+// Verdict reports whether a request whose items decided as ds is allowed: no
+// Enforced item denies, and not every Quota group has a denying item.
+func Verdict(items []Item, ds []algorithms.Decision) bool {
+	var quotaGroups, deniedGroups uint64 // bit sets of groups 0..63
+	overflow := false
+	for i := range items {
+		it, d := &items[i], &ds[i]
+		switch it.Mode {
+		case Enforced:
+			if !d.Allowed {
+				return false
+			}
+		case Quota:
+			if it.Group < 0 || it.Group >= 64 {
+				overflow = true
+				continue
+			}
+			quotaGroups |= 1 << it.Group
+			if !d.Allowed {
+				deniedGroups |= 1 << it.Group
+			}
+		}
+	}
+	if overflow {
+		return verdictSlow(items, ds)
+	}
+	return quotaGroups == 0 || deniedGroups != quotaGroups
+}
+
+func verdictSlow(items []Item, ds []algorithms.Decision) bool {
+	quota := map[int]bool{}
+	for i := range items {
+		if items[i].Mode == Quota {
+			quota[items[i].Group] = quota[items[i].Group] || !ds[i].Allowed
+		}
+	}
+	for _, denied := range quota {
+		if !denied {
+			return true
+		}
+	}
+	return len(quota) == 0
+}
+
+// Clock reads the current time. The memory store reads it once per Apply.
+type Clock interface {
+	Now() time.Time
+}
+
+// monotonicClock reads the wall clock once and then advances it with the
+// process's monotonic clock, so wall-clock steps never move it backwards.
+type monotonicClock struct{ start time.Time }
+
+// MonotonicClock returns a Clock that starts at the current wall time and
+// then only moves forward, following the monotonic clock.
+func MonotonicClock() Clock { return monotonicClock{start: time.Now()} }
+
+func (c monotonicClock) Now() time.Time {
+	return c.start.Add(time.Since(c.start)).Round(0)
+}
