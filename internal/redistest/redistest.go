@@ -1,0 +1,403 @@
+// Package redistest starts real redis-server processes for tests: a
+// standalone server or a Redis Cluster of several masters, each on a free
+// loopback port, in a temporary directory, without persistence. Every server
+// is stopped when the test ends.
+//
+// The binary is found as $REDIS_SERVER, then redis-server on $PATH, then
+// /usr/bin/redis-server. When none exists the test fails with a message that
+// says how to install it; it never skips, because a test that silently does
+// not run proves nothing (CI installs redis-server, see .ci/run).
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startTimeout bounds how long a server may take to answer PING, and a
+// cluster to reach cluster_state:ok.
+const startTimeout = 20 * time.Second
+
+// pollInterval is the pause between two polls of a server's state.
+const pollInterval = 5 * time.Millisecond
+
+// Server is one redis-server process on 127.0.0.1. Its methods are safe for
+// concurrent use.
+type Server struct {
+	tb      testing.TB
+	bin     string
+	dir     string
+	port    int
+	extra   []string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has exited
+}
+
+// StartStandalone starts a standalone redis-server on a free loopback port
+// and stops it when the test ends.
+func StartStandalone(tb testing.TB) *Server {
+	tb.Helper()
+	return start(tb, nil, false)
+}
+
+// start starts a server with extra arguments. With cluster set, the port
+// plus 10000 (the cluster bus) must be free as well.
+func start(tb testing.TB, extra []string, cluster bool) *Server {
+	tb.Helper()
+	bin := Binary(tb)
+	dir := tb.TempDir()
+	var lastErr error
+	for attempt := 0; attempt < 20; attempt++ {
+		port, err := freePort(cluster)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		s := &Server{tb: tb, bin: bin, dir: dir, port: port, extra: extra}
+		if err := s.launch(); err != nil {
+			// Most likely another process took the port between our probe
+			// and redis-server's bind: try another one.
+			lastErr = err
+			continue
+		}
+		tb.Cleanup(s.Stop)
+		return s
+	}
+	tb.Fatalf("redistest: cannot start redis-server: %v", lastErr)
+	return nil
+}
+
+// Binary returns the path of the redis-server binary, failing the test with
+// an explanation when there is none.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("REDIS_SERVER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			tb.Fatalf("redistest: $REDIS_SERVER=%q: %v", p, err)
+		}
+		return p
+	}
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/redis-server"); err == nil {
+		return "/usr/bin/redis-server"
+	}
+	tb.Fatalf("redistest: redis-server not found (set $REDIS_SERVER or install it, e.g. `apt-get install -y redis-server`); " +
+		"the Redis tests need a real server and are not skipped")
+	return ""
+}
+
+// freePort returns a loopback TCP port that was free a moment ago. With
+// cluster set, port+10000 was free too and the port is below 55536.
+func freePort(cluster bool) (int, error) {
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if !cluster {
+			l.Close()
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port pair for a cluster node")
+}
+
+// launch starts the process and waits until it answers PING, or fails when
+// it exits or does not answer within startTimeout.
+func (s *Server) launch() error {
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}
+	args = append(args, s.extra...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	setDeathSignal(cmd)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+
+	if err := s.waitPing(exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("redis-server on port %d: %w\n%s%s", s.port, err, out.String(), s.logTail())
+	}
+	return nil
+}
+
+// waitPing polls PING until it succeeds, the process exits or startTimeout
+// passes.
+func (s *Server) waitPing(exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("exited during start-up")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer to PING within %v: %w", startTimeout, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return "log:\n" + string(b)
+}
+
+// Addr returns the server's address, "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// URL returns the server's redis:// URL (database 0).
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a go-redis client of the server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Running reports whether the process is running.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exited == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop kills the server (SIGKILL, like a crash) and waits until it has
+// exited. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Restart starts the server again on the same port and directory after a
+// Stop, and waits until it answers PING. The data is gone (no persistence),
+// and so is the script cache. A cluster node keeps its identity and slots
+// (nodes.conf survives).
+func (s *Server) Restart() {
+	s.tb.Helper()
+	if s.Running() {
+		s.tb.Fatalf("redistest: Restart of a running server on port %d", s.port)
+	}
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		// The port may still be held briefly by a dying connection; the
+		// server sets SO_REUSEADDR, so a retry soon succeeds.
+		if err = s.launch(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.tb.Fatalf("redistest: restart on port %d: %v", s.port, err)
+}
+
+// Cluster is a Redis Cluster of masters without replicas, each a Server.
+type Cluster struct {
+	// Nodes are the masters, in the order of their slot ranges.
+	Nodes []*Server
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Client returns a go-redis cluster client, closed when the test ends.
+func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	tb.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// Slots is the number of hash slots of a Redis Cluster.
+const Slots = 16384
+
+// StartCluster starts a Redis Cluster of the given number of masters (at
+// least 3 is what Redis expects of a real cluster; 1 works too), splits the
+// slots evenly between them in order, and waits until every node reports
+// cluster_state:ok and knows every other node.
+func StartCluster(tb testing.TB, masters int) *Cluster {
+	tb.Helper()
+	if masters < 1 {
+		tb.Fatalf("redistest: a cluster needs at least one master, got %d", masters)
+	}
+	c := &Cluster{}
+	for i := 0; i < masters; i++ {
+		c.Nodes = append(c.Nodes, start(tb, []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000",
+			"--cluster-require-full-coverage", "yes",
+		}, true))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	clients := make([]*redis.Client, masters)
+	for i, n := range c.Nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr(), PoolSize: 1})
+		defer clients[i].Close()
+	}
+	for i, cl := range clients {
+		lo, hi := SlotRange(i, masters)
+		if err := addSlots(ctx, cl, lo, hi); err != nil {
+			tb.Fatalf("redistest: assign slots %d-%d to %s: %v", lo, hi, c.Nodes[i].Addr(), err)
+		}
+	}
+	for i := 1; i < masters; i++ {
+		if err := clients[i].ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[0].Port())).Err(); err != nil {
+			tb.Fatalf("redistest: CLUSTER MEET from %s: %v", c.Nodes[i].Addr(), err)
+		}
+	}
+	if err := c.waitOK(ctx, clients); err != nil {
+		tb.Fatalf("redistest: cluster did not become ready: %v", err)
+	}
+	return c
+}
+
+// SlotRange returns the slots [lo, hi] that StartCluster assigns to node i of
+// n.
+func SlotRange(i, n int) (lo, hi int) {
+	return i * Slots / n, (i+1)*Slots/n - 1
+}
+
+func addSlots(ctx context.Context, c *redis.Client, lo, hi int) error {
+	err := c.ClusterAddSlotsRange(ctx, lo, hi).Err()
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "unknown") {
+		return err
+	}
+	// Redis before 7.0 has no ADDSLOTSRANGE.
+	slots := make([]int, 0, hi-lo+1)
+	for s := lo; s <= hi; s++ {
+		slots = append(slots, s)
+	}
+	return c.ClusterAddSlots(ctx, slots...).Err()
+}
+
+// waitOK polls CLUSTER INFO on every node until all report cluster_state:ok
+// and know all nodes.
+func (c *Cluster) waitOK(ctx context.Context, clients []*redis.Client) error {
+	want := fmt.Sprintf("cluster_known_nodes:%d", len(clients))
+	var last string
+	for {
+		ready := true
+		for _, cl := range clients {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err != nil {
+				last = err.Error()
+				ready = false
+				break
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, want) {
+				last = info
+				ready = false
+				break
+			}
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w; last CLUSTER INFO: %s", ctx.Err(), last)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// WaitOK polls until every node of the cluster reports cluster_state:ok and
+// knows every node again, e.g. after a node was restarted.
+func (c *Cluster) WaitOK(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	clients := make([]*redis.Client, len(c.Nodes))
+	for i, n := range c.Nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr(), PoolSize: 1})
+		defer clients[i].Close()
+	}
+	if err := c.waitOK(ctx, clients); err != nil {
+		tb.Fatalf("redistest: cluster not ready: %v", err)
+	}
+}
