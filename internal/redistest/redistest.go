@@ -37,14 +37,14 @@ const pollInterval = 5 * time.Millisecond
 // Server is one redis-server process on 127.0.0.1. Its methods are safe for
 // concurrent use.
 type Server struct {
-	tb      testing.TB
-	bin     string
-	dir     string
-	port    int
-	extra   []string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has exited
+	tb     testing.TB
+	bin    string
+	dir    string
+	port   int
+	extra  []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
 
 // StartStandalone starts a standalone redis-server on a free loopback port
