@@ -1,0 +1,434 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/maypok86/otter/v2"
+)
+
+// Defaults of NewMemory.
+const (
+	// DefaultMaxKeys is the number of keys a Memory holds unless WithMaxKeys
+	// says otherwise.
+	DefaultMaxKeys = 1_000_000
+	// DefaultSweepInterval is how often a Memory drops fresh entries unless
+	// WithSweepInterval says otherwise.
+	DefaultSweepInterval = 10 * time.Second
+)
+
+// inlineItems is the number of items Apply handles with scratch space on its
+// stack; larger requests allocate it.
+const inlineItems = 16
+
+// Memory is the embedded Store: the state of every key lives in this
+// process, in a bounded cache. It is exact for the keys it holds (see Store),
+// and it decides a whole request all or nothing.
+//
+// Bounded: Memory holds at most the configured number of keys (WithMaxKeys),
+// apart from the few that the cache's asynchronous maintenance has yet to
+// evict. When it is full, the cache evicts the keys that are least likely to
+// be used again (otter's W-TinyLFU policy), and Stats counts them.
+//
+// What eviction costs: an entry whose state is already fresh (its limit is
+// back to full capacity) is worth nothing, and a background sweeper drops
+// such entries every sweep interval. An entry evicted under size pressure
+// before it is fresh loses its state: the key starts again from a full limit,
+// so that key may allow more than its limit until the window it was in has
+// passed. Stats.EvictedLive counts these losses; size the store so that it
+// stays at zero.
+//
+// All or nothing: a request is either allowed, and then every item whose own
+// decision allows is charged, or denied, and then nothing at all is charged.
+// This deliberately differs from envoyproxy/ratelimit, which charges the
+// hits of a denied request to the limits it did not exceed.
+//
+// Time: Apply reads the clock once and decides every item at that instant.
+// Requests lock only the entries of their own keys, in key order, so
+// requests on different keys never wait for each other.
+//
+// A Memory must be created with NewMemory and released with Close.
+type Memory struct {
+	cache *otter.Cache[string, *entry]
+	clock Clock
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{} // closed by Close to stop the sweeper
+	done      chan struct{} // closed by the sweeper when it returns
+
+	// horizon is the latest instant (µs) at which the sweeper found entries
+	// fresh. An entry created later is never decided before it: see entry.floor.
+	horizon atomic.Int64
+	sweepMu sync.Mutex // serializes sweeps
+
+	evicted     atomic.Uint64
+	evictedLive atomic.Uint64
+	swept       atomic.Uint64
+}
+
+var _ Store = (*Memory)(nil)
+
+// entry is the state of one key. Its fields other than floor and freshAt are
+// guarded by mu. The cache calls into an entry (eviction, sweeping) while it
+// holds a lock of its own, so the cache is never called while an entry's
+// mu is held.
+type entry struct {
+	mu sync.Mutex
+	// dead marks an entry that has left the cache (evicted or swept). A
+	// request that finds it dead looks the key up again.
+	dead  bool
+	state algorithms.State
+	// freshAt is the instant (µs) from which state equals a fresh one. It is
+	// written under mu and read without it by the sweeper's first look.
+	freshAt atomic.Int64
+	// floor is the sweeper's horizon when the entry was created: the entry
+	// replaces one that may have been swept as fresh at that instant, so no
+	// request decides it earlier (an earlier instant would see a fresh state
+	// where the swept one was not yet fresh).
+	floor int64
+}
+
+// MemoryOption configures a Memory.
+type MemoryOption func(*memoryConfig)
+
+type memoryConfig struct {
+	maxKeys       int
+	clock         Clock
+	sweepInterval time.Duration
+}
+
+// WithMaxKeys bounds the number of keys the store holds. Non-positive values
+// select DefaultMaxKeys.
+func WithMaxKeys(n int) MemoryOption {
+	return func(c *memoryConfig) {
+		if n > 0 {
+			c.maxKeys = n
+		}
+	}
+}
+
+// WithClock sets the clock that Apply reads once per request. The default is
+// MonotonicClock(). A nil clock selects the default.
+func WithClock(clock Clock) MemoryOption {
+	return func(c *memoryConfig) {
+		if clock != nil {
+			c.clock = clock
+		}
+	}
+}
+
+// WithSweepInterval sets how often a background goroutine drops entries whose
+// state is fresh. Zero or a negative value disables the background sweeper:
+// fresh entries then stay until they are evicted for size.
+func WithSweepInterval(d time.Duration) MemoryOption {
+	return func(c *memoryConfig) { c.sweepInterval = d }
+}
+
+// NewMemory returns an empty memory store. Call Close to stop its
+// background goroutines.
+func NewMemory(opts ...MemoryOption) *Memory {
+	cfg := memoryConfig{maxKeys: DefaultMaxKeys, sweepInterval: DefaultSweepInterval}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.clock == nil {
+		cfg.clock = MonotonicClock()
+	}
+	m := &Memory{clock: cfg.clock}
+	m.cache = otter.Must(&otter.Options[string, *entry]{
+		MaximumSize:      cfg.maxKeys,
+		InitialCapacity:  min(cfg.maxKeys, 1024),
+		OnAtomicDeletion: m.onDeletion,
+	})
+	if cfg.sweepInterval > 0 {
+		m.stop = make(chan struct{})
+		m.done = make(chan struct{})
+		go m.sweepLoop(cfg.sweepInterval)
+	}
+	return m
+}
+
+// MemoryStats are counters of a Memory, for metrics.
+type MemoryStats struct {
+	// Keys is the number of keys held now (an estimate under concurrent
+	// change).
+	Keys int
+	// Evicted counts entries evicted because the store was full.
+	Evicted uint64
+	// EvictedLive counts the entries among Evicted whose state was not yet
+	// fresh: their keys lost their state and start again from a full limit.
+	EvictedLive uint64
+	// Swept counts fresh entries dropped by the sweeper, which costs nothing.
+	Swept uint64
+}
+
+// Stats returns the store's counters.
+func (m *Memory) Stats() MemoryStats {
+	return MemoryStats{
+		Keys:        m.cache.EstimatedSize(),
+		Evicted:     m.evicted.Load(),
+		EvictedLive: m.evictedLive.Load(),
+		Swept:       m.swept.Load(),
+	}
+}
+
+// Close stops the store's background goroutines. Apply returns ErrClosed
+// afterwards. Close is idempotent and always returns nil.
+func (m *Memory) Close() error {
+	m.closeOnce.Do(func() {
+		m.closed.Store(true)
+		if m.stop != nil {
+			close(m.stop)
+			<-m.done
+		}
+		m.cache.StopAllGoroutines()
+	})
+	return nil
+}
+
+// scratch is Apply's working space for up to inlineItems items.
+type scratch struct {
+	order   [inlineItems]int // item indices by key; then the first item of each key
+	slot    [inlineItems]int // per item: index of its key among the distinct keys
+	ents    [inlineItems]*entry
+	work    [inlineItems]algorithms.State
+	reset   [inlineItems]time.Duration
+	charged [inlineItems]bool
+}
+
+// Apply implements Store. See Memory for its guarantees. It returns
+// ErrClosed after Close, ctx.Err() when ctx is already done, and an error
+// when out is shorter than items.
+func (m *Memory) Apply(ctx context.Context, items []Item, out []algorithms.Decision) (bool, error) {
+	if m.closed.Load() {
+		return false, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	n := len(items)
+	if len(out) < n {
+		return false, fmt.Errorf("backend: %d decisions for %d items", len(out), n)
+	}
+	if n == 0 {
+		return true, nil
+	}
+	now := m.clock.Now().UnixMicro()
+
+	var (
+		sc      scratch
+		order   []int
+		slot    []int
+		ents    []*entry
+		work    []algorithms.State
+		reset   []time.Duration
+		charged []bool
+	)
+	if n <= inlineItems {
+		order, slot, ents = sc.order[:n], sc.slot[:n], sc.ents[:n]
+		work, reset, charged = sc.work[:n], sc.reset[:n], sc.charged[:n]
+	} else {
+		order, slot, ents = make([]int, n), make([]int, n), make([]*entry, n)
+		work, reset, charged = make([]algorithms.State, n), make([]time.Duration, n), make([]bool, n)
+	}
+
+	// Distinct keys in key order: the order in which their entries are locked.
+	d := distinctKeys(items, order, slot)
+	ents = ents[:d]
+	for j := range ents {
+		ents[j] = m.lookup(items[order[j]].Key)
+	}
+	for {
+		j := lockAll(ents)
+		if j < 0 {
+			break
+		}
+		// ents[j] left the cache; no lock is held now.
+		dead := ents[j]
+		ents[j] = m.lookup(items[order[j]].Key)
+		if ents[j] == dead { // its removal is still in progress
+			runtime.Gosched()
+		}
+	}
+
+	for j, e := range ents {
+		now = max(now, e.floor)
+		work[j] = e.state
+		charged[j] = false
+	}
+	for i := range items {
+		j := slot[i]
+		s, dec := algorithms.DecideMicros(items[i].Limit, work[j], now, items[i].Hits)
+		out[i] = dec
+		if dec.Allowed {
+			work[j], reset[j], charged[j] = s, dec.ResetAfter, true
+		}
+	}
+	allowed := Verdict(items, out[:n])
+	if allowed {
+		for j, e := range ents {
+			if charged[j] {
+				e.state = work[j]
+				e.freshAt.Store(addMicros(now, reset[j]))
+			}
+		}
+	} else {
+		// Nothing is charged: report the allowing items' state as it stays.
+		for i := range items {
+			if out[i].Allowed {
+				_, out[i] = algorithms.DecideMicros(items[i].Limit, ents[slot[i]].state, now, 0)
+			}
+		}
+	}
+	for _, e := range ents {
+		e.mu.Unlock()
+	}
+	return allowed, nil
+}
+
+// distinctKeys sorts the indices of items by key (stable, so items of one key
+// keep their request order), writes for each item the index of its key among
+// the distinct keys into slot, and leaves the first item of each distinct key
+// in order[:d]. It returns d.
+func distinctKeys(items []Item, order, slot []int) int {
+	for i := range order {
+		order[i] = i
+	}
+	if len(order) <= inlineItems {
+		for i := 1; i < len(order); i++ {
+			for j := i; j > 0 && items[order[j]].Key < items[order[j-1]].Key; j-- {
+				order[j], order[j-1] = order[j-1], order[j]
+			}
+		}
+	} else {
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(items[a].Key, items[b].Key) })
+	}
+	d := 0
+	for k, i := range order {
+		if k == 0 || items[i].Key != items[order[d-1]].Key {
+			order[d] = i
+			d++
+		}
+		slot[i] = d - 1
+	}
+	return d
+}
+
+// lockAll locks ents in order. If it finds a dead entry, it unlocks the ones
+// it locked and returns that entry's index; otherwise it returns -1 with all
+// of them locked.
+func lockAll(ents []*entry) int {
+	for j, e := range ents {
+		e.mu.Lock()
+		if e.dead {
+			for _, l := range ents[:j+1] {
+				l.mu.Unlock()
+			}
+			return j
+		}
+	}
+	return -1
+}
+
+// lookup returns the entry of key, creating it if needed. It must not be
+// called with an entry's lock held.
+func (m *Memory) lookup(key string) *entry {
+	if e, ok := m.cache.GetIfPresent(key); ok {
+		return e
+	}
+	e, _ := m.cache.SetIfAbsent(key, &entry{floor: m.horizon.Load()})
+	return e
+}
+
+// onDeletion runs under a lock of the cache whenever an entry leaves it. An
+// entry evicted for size is marked dead, so that a request holding it looks
+// the key up again, and counted.
+func (m *Memory) onDeletion(ev otter.DeletionEvent[string, *entry]) {
+	if ev.Cause != otter.CauseOverflow {
+		return // the sweeper marked it dead itself
+	}
+	e := ev.Value
+	e.mu.Lock()
+	e.dead = true
+	live := e.freshAt.Load() > m.clock.Now().UnixMicro()
+	e.mu.Unlock()
+	m.evicted.Add(1)
+	if live {
+		m.evictedLive.Add(1)
+	}
+}
+
+func (m *Memory) sweepLoop(every time.Duration) {
+	defer close(m.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.Sweep()
+		}
+	}
+}
+
+// Sweep drops every entry whose state is fresh at the clock's current
+// instant, and returns how many it dropped. The background sweeper calls it
+// every sweep interval; with the sweeper disabled (WithSweepInterval(0)) a
+// program may call it on its own schedule. An entry that a request holds at
+// that moment is left for the next sweep.
+//
+// Dropping an entry costs nothing: a later request finds a fresh state and is
+// decided no earlier than the sweep's instant, which is exactly what the
+// dropped state would have given it then. A request whose clock reading is
+// older than the sweep (it read the clock before the sweep did, or the clock
+// stepped back) is decided at the sweep's instant for that reason.
+func (m *Memory) Sweep() int {
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	now := m.clock.Now().UnixMicro()
+	if now > m.horizon.Load() {
+		// Before any removal, so that every entry created in place of a
+		// dropped one has a floor of at least now.
+		m.horizon.Store(now)
+	}
+	dropped := 0
+	drop := func(e *entry) (*entry, otter.ComputeOp) {
+		// Under the cache's bucket lock: never wait for the entry.
+		if !e.mu.TryLock() {
+			return e, otter.CancelOp
+		}
+		defer e.mu.Unlock()
+		if e.dead || e.freshAt.Load() > now {
+			return e, otter.CancelOp
+		}
+		e.dead = true
+		dropped++
+		return e, otter.InvalidateOp
+	}
+	for key, e := range m.cache.All() {
+		if e.freshAt.Load() <= now {
+			m.cache.ComputeIfPresent(key, drop)
+		}
+	}
+	m.swept.Add(uint64(dropped))
+	return dropped
+}
+
+// addMicros returns now plus d in µs, saturating at math.MaxInt64 (Never).
+func addMicros(now int64, d time.Duration) int64 {
+	us := d.Microseconds()
+	if us > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + us
+}
