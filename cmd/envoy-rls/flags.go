@@ -1,0 +1,202 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/rls"
+)
+
+var errHelp = errors.New("help requested")
+
+// options is every setting of `serve`, parsed once here and passed down.
+type options struct {
+	Config      string
+	GRPCAddr    string
+	HTTPAddr    string
+	WatchConfig bool
+	LogLevel    string
+	LogFormat   string
+
+	Backend        string
+	MaxKeys        int
+	FailureMode    string
+	BackendTimeout time.Duration
+	KeyPrefix      string
+	ShutdownGrace  time.Duration
+
+	RedisURL            string
+	RedisSentinel       string
+	RedisSentinelMaster string
+	RedisCluster        string
+	RedisPoolSize       int
+	RedisDialTimeout    time.Duration
+	RedisReadTimeout    time.Duration
+	RedisWriteTimeout   time.Duration
+	RedisBatchWindow    time.Duration
+	RedisBatchSize      int
+	LocalDenyCache      bool
+}
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return "ENVOY_RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// newFlagSet returns a flag set whose usage names each flag's environment
+// variable.
+func newFlagSet(name string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage of envoy-rls %s:\n", name)
+		fs.VisitAll(func(f *flag.Flag) {
+			fmt.Fprintf(out, "  --%s (env %s, default %q)\n    \t%s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
+		})
+	}
+	return fs
+}
+
+// parseWithEnv applies environment variables to every flag not given on the
+// command line, then parses args.
+func parseWithEnv(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func parseServe(args []string, out io.Writer) (options, error) {
+	var o options
+	fs := newFlagSet("serve", out)
+	fs.StringVar(&o.Config, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
+	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", "text", "text or json")
+	fs.StringVar(&o.Backend, "backend", "memory", "memory (embedded, bounded) or redis")
+	fs.IntVar(&o.MaxKeys, "max-keys", 1_000_000, "memory backend: most counter keys held; the least used is evicted beyond it")
+	fs.StringVar(&o.FailureMode, "failure-mode", "allow", "when the backend fails: allow (answer OK) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
+	fs.DurationVar(&o.BackendTimeout, "backend-timeout", 10*time.Millisecond, "longest wait for the backend per request (the caller's deadline applies when earlier)")
+	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
+	fs.StringVar(&o.RedisURL, "redis-url", "", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
+	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master)")
+	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
+	fs.StringVar(&o.RedisCluster, "redis-cluster", "", "Redis Cluster seed addresses ADDR[,ADDR...]")
+	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
+	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
+	fs.DurationVar(&o.RedisReadTimeout, "redis-read-timeout", time.Second, "Redis read timeout (each call is also bounded by --backend-timeout)")
+	fs.DurationVar(&o.RedisWriteTimeout, "redis-write-timeout", time.Second, "Redis write timeout")
+	fs.DurationVar(&o.RedisBatchWindow, "redis-batch-window", 0, "collect concurrent requests for up to this long and send them as one pipeline (0: send as soon as the connection is free)")
+	fs.IntVar(&o.RedisBatchSize, "redis-batch-size", 64, "most requests in one pipeline")
+	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
+	if err := parseWithEnv(fs, args); err != nil {
+		return o, err
+	}
+	return o, o.validate()
+}
+
+// validate checks the options together.
+func (o options) validate() error {
+	var errs []error
+	if o.Config == "" {
+		errs = append(errs, errors.New("--config is required (or ENVOY_RLS_CONFIG)"))
+	}
+	if o.GRPCAddr == "" {
+		errs = append(errs, errors.New("--grpc-addr must not be empty"))
+	}
+	if _, err := rls.ParseFailureMode(o.FailureMode); err != nil {
+		errs = append(errs, fmt.Errorf("--failure-mode: %v", err))
+	}
+	if o.BackendTimeout < 0 {
+		errs = append(errs, errors.New("--backend-timeout must not be negative"))
+	}
+	switch o.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel))
+	}
+	switch o.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", o.LogFormat))
+	}
+	switch o.Backend {
+	case "memory":
+		if o.MaxKeys < 1 {
+			errs = append(errs, errors.New("--max-keys must be at least 1"))
+		}
+	case "redis":
+		n := 0
+		for _, s := range []string{o.RedisURL, o.RedisSentinel, o.RedisCluster} {
+			if s != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			errs = append(errs, errors.New("--backend redis needs exactly one of --redis-url, --redis-sentinel or --redis-cluster"))
+		}
+		if (o.RedisSentinel != "") != (o.RedisSentinelMaster != "") {
+			errs = append(errs, errors.New("--redis-sentinel and --redis-sentinel-master go together"))
+		}
+		if o.RedisBatchSize < 1 {
+			errs = append(errs, errors.New("--redis-batch-size must be at least 1"))
+		}
+		if o.RedisBatchWindow < 0 {
+			errs = append(errs, errors.New("--redis-batch-window must not be negative"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--backend %q: want memory or redis", o.Backend))
+	}
+	return errors.Join(errs...)
+}
+
+func parseCheck(args []string, out io.Writer) (string, error) {
+	var path string
+	fs := newFlagSet("check-config", out)
+	fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	if err := parseWithEnv(fs, args); err != nil {
+		return "", err
+	}
+	if path == "" {
+		return "", errors.New("--config is required (or ENVOY_RLS_CONFIG)")
+	}
+	return path, nil
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
+)
+
+func newLogger(o options, out io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(o.LogLevel))
+	hopts := &slog.HandlerOptions{Level: level}
+	if o.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(out, hopts))
+	}
+	return slog.New(slog.NewTextHandler(out, hopts))
+}
+
+// serve runs the service until ctx ends, then shuts down gracefully.
+func serve(ctx context.Context, o options, logOut io.Writer) error {
+	log := newLogger(o, logOut)
+	cfg, err := descriptors.Load(o.Config)
+	if err != nil {
+		return fmt.Errorf("loading config:\n%v", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := rls.NewMetrics(reg)
+	metrics.ConfigLoad(nil)
+
+	store, err := newStore(o, reg, log)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	mode, _ := rls.ParseFailureMode(o.FailureMode) // validated
+	svc := rls.New(store, cfg, rls.Options{
+		FailureMode:    mode,
+		BackendTimeout: o.BackendTimeout,
+		Logger:         log,
+		Metrics:        metrics,
+	})
+
+	grpcLis, err := net.Listen("tcp", o.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
+	}
+	grpcSrv, health := rls.NewGRPCServer(svc)
+
+	var httpSrv *http.Server
+	var httpLis net.Listener
+	if o.HTTPAddr != "" {
+		httpLis, err = net.Listen("tcp", o.HTTPAddr)
+		if err != nil {
+			grpcLis.Close()
+			return fmt.Errorf("HTTP listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		var healthy sync.Map
+		healthy.Store("ok", true)
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if ok, _ := healthy.Load("ok"); ok == true {
+				fmt.Fprintln(w, "OK")
+				return
+			}
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		})
+		mux.Handle("/json", svc.JSONHandler())
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		defer healthy.Store("ok", false)
+		go func() {
+			if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("HTTP server stopped", "error", err)
+			}
+		}()
+	}
+
+	reload := func(reason string) {
+		next, err := descriptors.Load(o.Config)
+		metrics.ConfigLoad(err)
+		if err != nil {
+			log.Error("config reload failed; the previous config keeps serving", "reason", reason, "errors", err.Error())
+			return
+		}
+		svc.SetConfig(next)
+		log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
+	}
+	stopWatch := watchConfig(ctx, o, log, reload)
+	defer stopWatch()
+
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- grpcSrv.Serve(grpcLis) }()
+	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "config", o.Config, "domains", len(cfg.Domains())}
+	if httpLis != nil {
+		attrs = append(attrs, "http", httpLis.Addr().String())
+	}
+	log.Info("envoy-rls serving", attrs...)
+
+	select {
+	case err := <-grpcErr:
+		return fmt.Errorf("gRPC server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	health.Shutdown() // every service NOT_SERVING
+	done := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(o.ShutdownGrace):
+		grpcSrv.Stop()
+	}
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+		defer cancel()
+		_ = httpSrv.Shutdown(sctx)
+	}
+	return nil
+}
+
+// newStore builds the configured backend.
+func newStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.Store, error) {
+	switch o.Backend {
+	case "redis":
+		return newRedisStore(o, reg, log)
+	default:
+		m := backend.NewMemory(backend.WithMaxKeys(o.MaxKeys))
+		registerMemoryMetrics(reg, m)
+		return m, nil
+	}
+}
+
+// watchConfig reloads the config on SIGHUP and, with --watch-config, when a
+// file in the config's directory changes (writes, renames, and the symlink
+// swaps of a Kubernetes ConfigMap). Bursts of events are folded into one
+// reload. It returns a function that stops watching.
+func watchConfig(ctx context.Context, o options, log *slog.Logger, reload func(reason string)) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	var events <-chan fsnotify.Event
+	var watchErrs <-chan error
+	var w *fsnotify.Watcher
+	if o.WatchConfig {
+		var err error
+		w, err = fsnotify.NewWatcher()
+		if err == nil {
+			dir := o.Config
+			if st, serr := os.Stat(o.Config); serr == nil && !st.IsDir() {
+				dir = filepath.Dir(o.Config)
+			}
+			err = w.Add(dir)
+		}
+		if err != nil {
+			log.Warn("cannot watch the config; reload with SIGHUP", "error", err)
+		} else {
+			events, watchErrs = w.Events, w.Errors
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		const settle = 200 * time.Millisecond
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				reload("SIGHUP")
+			case ev, ok := <-events:
+				if !ok {
+					events = nil
+					continue
+				}
+				if ev.Op == fsnotify.Chmod {
+					continue
+				}
+				timer.Reset(settle)
+			case err, ok := <-watchErrs:
+				if !ok {
+					watchErrs = nil
+					continue
+				}
+				log.Warn("config watch error", "error", err)
+			case <-timer.C:
+				reload("file change")
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		signal.Stop(hup)
+		if w != nil {
+			w.Close()
+		}
+		wg.Wait()
+	}
+}

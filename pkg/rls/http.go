@@ -1,0 +1,66 @@
+package rls
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxJSONBody bounds the body of POST /json.
+const maxJSONBody = 1 << 20
+
+// JSONHandler serves POST /json: a RateLimitRequest in protojson in, the
+// RateLimitResponse in protojson out. The HTTP status mirrors the answer:
+// 200 OK, 429 OVER_LIMIT, 400 for a body that is not a valid request, 503
+// when the backend failed and the failure mode is deny, 500 otherwise.
+func (s *Service) JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "use POST with a RateLimitRequest in JSON", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var req rlsv3.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			code := http.StatusInternalServerError
+			switch status.Code(err) {
+			case codes.InvalidArgument:
+				code = http.StatusBadRequest
+			case codes.Unavailable:
+				code = http.StatusServiceUnavailable
+			}
+			http.Error(w, status.Convert(err).Message(), code)
+			return
+		}
+		out, err := protojson.MarshalOptions{UseProtoNames: false}.Marshal(resp)
+		if err != nil {
+			http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(append(out, '\n'))
+	})
+}

@@ -1,0 +1,70 @@
+package rls
+
+import (
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Counter keys.
+//
+// A key is "{TAG}" followed by length-prefixed fields:
+//
+//	{TAG}<len>:<domain><len>:<key1><len>:<value1>...<len>:<limit id>
+//
+// where each <len> is the decimal byte length of the field after the colon.
+// Length prefixes make the encoding unambiguous whatever bytes the values hold:
+// the reference server's `domain_key_value_` joins let (b_c, d) and (b, c_d)
+// share a counter; here they cannot. The limit's identity (algorithm,
+// requests, window, burst) ends the key, so two limits on one descriptor never
+// share state, and a limit that did not change keeps its counter across a
+// config reload.
+//
+// TAG is the hex xxhash64 of the descriptor part (domain and entries). It is a
+// Redis Cluster hash tag: every limit of one descriptor lands in one slot and
+// is decided by one atomic script call. Tags of different descriptors may
+// collide; that only places them in the same slot, which is harmless.
+
+// keyBuilder builds counter keys into a reusable buffer.
+type keyBuilder struct {
+	buf  []byte
+	desc int // length of the "{TAG}" + descriptor part
+}
+
+const tagLen = 2 + 16 // "{" + 16 hex digits + "}"
+
+// reset starts the descriptor part of a key for domain.
+func (b *keyBuilder) reset(domain string) {
+	b.buf = append(b.buf[:0], "{0000000000000000}"...)
+	b.field(domain)
+}
+
+// entry adds one descriptor entry.
+func (b *keyBuilder) entry(key, value string) {
+	b.field(key)
+	b.field(value)
+}
+
+// seal computes the hash tag over the descriptor part; call it after the
+// last entry and before key.
+func (b *keyBuilder) seal() {
+	h := xxhash.Sum64(b.buf[tagLen:])
+	const hexdigits = "0123456789abcdef"
+	for i := 0; i < 16; i++ {
+		b.buf[1+i] = hexdigits[(h>>(60-4*uint(i)))&0xf]
+	}
+	b.desc = len(b.buf)
+}
+
+// key returns the full key for a limit identified by id.
+func (b *keyBuilder) key(id string) string {
+	b.buf = b.buf[:b.desc]
+	b.field(id)
+	return string(b.buf)
+}
+
+func (b *keyBuilder) field(s string) {
+	b.buf = strconv.AppendInt(b.buf, int64(len(s)), 10)
+	b.buf = append(b.buf, ':')
+	b.buf = append(b.buf, s...)
+}
