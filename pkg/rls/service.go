@@ -144,7 +144,7 @@ type plan struct {
 	pathOff   int // this plan's matched path is paths[pathOff:pathOff+pathLen]
 	pathLen   int
 	statKey   string // the descriptor's stats key, for metrics
-	unlimited bool // an unlimited limit applies (and nothing else counts)
+	unlimited bool   // an unlimited limit applies (and nothing else counts)
 }
 
 // owner ties an item back to its descriptor and limit.
