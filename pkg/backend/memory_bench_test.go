@@ -1,0 +1,74 @@
+package backend_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// benchLimit allows far more than a benchmark asks, so requests are charged.
+var benchLimit = algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}
+
+func benchKeys(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// runMemoryBench runs requests built by next from parallel goroutines against
+// a store on the real monotonic clock; next gets a goroutine-local counter.
+func runMemoryBench(b *testing.B, size int, next func(i int, items []backend.Item)) {
+	m := backend.NewMemory()
+	defer m.Close()
+	var seed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		items := make([]backend.Item, size)
+		out := make([]algorithms.Decision, size)
+		i := int(seed.Add(1)) * 7919
+		for pb.Next() {
+			next(i, items)
+			i++
+			if _, err := m.Apply(context.Background(), items, out); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkMemoryApplyManyKeys spreads one-item requests over 100k keys.
+func BenchmarkMemoryApplyManyKeys(b *testing.B) {
+	keys := benchKeys("bench/user/", 100_000)
+	runMemoryBench(b, 1, func(i int, items []backend.Item) {
+		items[0] = backend.Item{Key: keys[i%len(keys)], Limit: benchLimit, Hits: 1}
+	})
+}
+
+// BenchmarkMemoryApplyHotKey sends every one-item request to the same key.
+func BenchmarkMemoryApplyHotKey(b *testing.B) {
+	runMemoryBench(b, 1, func(_ int, items []backend.Item) {
+		items[0] = backend.Item{Key: "bench/hot", Limit: benchLimit, Hits: 1}
+	})
+}
+
+// BenchmarkMemoryApplyThreeItems sends requests of three limits on three
+// keys (a per-user, a per-route and a global one), the users spread over
+// 100k keys.
+func BenchmarkMemoryApplyThreeItems(b *testing.B) {
+	users := benchKeys("bench/user/", 100_000)
+	routes := benchKeys("bench/route/", 100)
+	runMemoryBench(b, 3, func(i int, items []backend.Item) {
+		items[0] = backend.Item{Key: users[i%len(users)], Limit: benchLimit, Hits: 1}
+		items[1] = backend.Item{Key: routes[i%len(routes)], Limit: benchLimit, Hits: 1}
+		items[2] = backend.Item{Key: "global", Limit: benchLimit, Hits: 1}
+	})
+}
