@@ -13,7 +13,11 @@
 //
 // The Redis backend runs Lua twins of these functions; they use the same
 // formulas in the same order (float64 where fractions appear), so both
-// backends give identical decisions for identical inputs.
+// backends give identical decisions for identical inputs. The formulas scale
+// counts by the window in µs so that, while counts and count×window stay
+// below 2^53, every intermediate value is an integer held exactly in a
+// float64 and decisions are exact; beyond that they are approximate (but a
+// request of more hits than a limit's capacity is always denied).
 package algorithms
 
 import (
@@ -43,9 +47,11 @@ const (
 	// windows: the previous window's count weighted by how much of it still
 	// overlaps the sliding window, plus the current window's count.
 	SlidingWindowCounter
-	// GCRA is the generic cell rate algorithm: one timestamp (the theoretical
-	// arrival time) per key, an emission interval of Window/Requests and a
-	// burst tolerance of Capacity() requests.
+	// GCRA is the generic cell rate algorithm: a theoretical arrival time per
+	// key (kept relative to the last update, for precision), an emission
+	// interval of Window/Requests and a burst tolerance of Capacity()
+	// requests. It makes the same decisions as TokenBucket with the same
+	// Limit; it is offered under its own name for those who know it so.
 	GCRA
 )
 
@@ -155,19 +161,23 @@ type Decision struct {
 // SlidingWindowLog the new value may share memory with the old one, but only
 // in slots the old one does not use, so a caller may keep the old State (for
 // example when another limit of the same request denies) and discard the new
-// one. Only one State of a lineage should be carried forward.
+// one. The same holds along a chain of States all decided at one instant (as
+// a store does for several items with the same key in one request): the
+// caller may go back to any State of the chain and discard the ones derived
+// from it. Only one State of a lineage should be carried forward.
 type State struct {
 	// at is an instant in µs: the window start (fixed_window,
-	// sliding_window_counter), the last update (token_bucket) or the newest
-	// instant seen (sliding_window_log).
+	// sliding_window_counter), the last update (token_bucket, gcra) or the
+	// newest instant seen (sliding_window_log).
 	at int64
 	// count is the hits in the current window (fixed_window,
 	// sliding_window_counter) or in the log (sliding_window_log).
 	count uint64
 	// prev is the hits in the previous window (sliding_window_counter).
 	prev uint64
-	// level is the tokens missing from a full bucket (token_bucket) or the
-	// theoretical arrival time in µs (gcra).
+	// level is the debt of token_bucket and gcra at instant at: the tokens
+	// missing from a full bucket times the window in µs, which equals
+	// (theoretical arrival time - at) times requests.
 	level float64
 	// log holds the allowed requests of sliding_window_log, oldest first.
 	log ring
@@ -188,21 +198,19 @@ func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
 		now = 0
 	}
 	if l.Requests == 0 {
-		return s, blocked(hits)
+		return s, blocked(l, hits)
 	}
 	w := l.Window.Microseconds()
 	if w < 1 {
 		w = 1
 	}
 	switch l.Algorithm {
-	case TokenBucket:
-		return tokenBucket(l, w, s, now, hits)
+	case TokenBucket, GCRA:
+		return bucket(l, w, s, now, hits)
 	case SlidingWindowLog:
 		return slidingLog(l, w, s, now, hits)
 	case SlidingWindowCounter:
 		return slidingCounter(l, w, s, now, hits)
-	case GCRA:
-		return gcra(l, w, s, now, hits)
 	default:
 		return fixedWindow(l, w, s, now, hits)
 	}
@@ -210,11 +218,11 @@ func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
 
 // blocked is the decision of a limit of zero requests: hits are never
 // allowed, a check (hits == 0) is.
-func blocked(hits uint64) Decision {
+func blocked(l Limit, hits uint64) Decision {
 	if hits == 0 {
-		return Decision{Allowed: true}
+		return Decision{Allowed: true, Limit: l.Capacity()}
 	}
-	return Decision{RetryAfter: Never}
+	return Decision{Limit: l.Capacity(), RetryAfter: Never}
 }
 
 func fixedWindow(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
@@ -228,7 +236,7 @@ func fixedWindow(l Limit, w int64, s State, now int64, hits uint64) (State, Deci
 	}
 	limit := l.Requests
 	left := sub0(limit, count)
-	end := micros(start + w - now)
+	end := micros(w - (now - start))
 	if hits > left {
 		d := Decision{Limit: limit, Remaining: left, RetryAfter: end, ResetAfter: end}
 		if hits > limit {
@@ -247,9 +255,13 @@ func fixedWindow(l Limit, w int64, s State, now int64, hits uint64) (State, Deci
 	return State{at: start, count: count}, d
 }
 
+// slidingCounter works in hits scaled by the window (hit·µs), so that with
+// counts and windows below 2^53 every quantity is an integer held exactly in
+// a float64 and the decisions are exact: used = prev*(w-elapsed) + cur*w
+// against a full window of requests*w.
 func slidingCounter(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
 	start := now - now%w
-	if start < s.at {
+	if start < s.at { // the clock stepped back into an earlier window
 		start, now = s.at, max(now, s.at)
 	}
 	var cur, prev uint64
@@ -260,110 +272,95 @@ func slidingCounter(l Limit, w int64, s State, now int64, hits uint64) (State, D
 		prev = s.count
 	}
 	elapsed := now - start
-	limit := float64(l.Requests)
-	used := float64(prev)*float64(w-elapsed)/float64(w) + float64(cur)
+	fw := float64(w)
+	full := float64(l.Requests) * fw
+	used := float64(prev)*float64(w-elapsed) + float64(cur)*fw
 	var reset int64
 	switch {
 	case cur > 0:
-		reset = start + 2*w - now
+		reset = 2*w - elapsed
 	case prev > 0:
-		reset = start + w - now
+		reset = w - elapsed
 	}
-	if used+float64(hits) > limit {
-		d := Decision{Limit: l.Requests, Remaining: floorU(limit - used), ResetAfter: micros(reset)}
+	if hits > sub0(l.Requests, cur) || used+float64(hits)*fw > full {
+		d := Decision{Limit: l.Requests, Remaining: floorU((full - used) / fw), ResetAfter: micros(reset)}
 		switch {
 		case hits > l.Requests:
 			d.RetryAfter = Never
-		case cur+hits <= l.Requests:
+		case hits <= sub0(l.Requests, cur):
 			// Within this window, once enough of the previous one slides out:
-			// prev*(w-e)/w <= limit-hits-cur.
-			need := limit - float64(hits) - float64(cur)
-			e := w - int64(math.Floor(need*float64(w)/float64(prev)))
-			d.RetryAfter = micros(start + e - now)
+			// prev*(w-e) <= (requests-cur-hits)*w.
+			need := float64(l.Requests-cur-hits) * fw
+			e := w - floorDiv(need, float64(prev), w)
+			d.RetryAfter = micros(e - elapsed)
 		default:
-			// In the next window, where this window's count becomes prev.
-			need := limit - float64(hits)
-			e := w - int64(math.Floor(need*float64(w)/float64(cur)))
-			d.RetryAfter = micros(start + w + e - now)
+			// In the next window, where this window's count becomes prev:
+			// cur*(w-e) <= (requests-hits)*w.
+			need := float64(l.Requests-hits) * fw
+			e := w - floorDiv(need, float64(cur), w)
+			d.RetryAfter = micros(w + e - elapsed)
 		}
 		return s, d
 	}
 	cur += hits
-	used += float64(hits)
+	used += float64(hits) * fw
 	if hits > 0 {
-		reset = start + 2*w - now
+		reset = 2*w - elapsed
 	}
-	d := Decision{Allowed: true, Limit: l.Requests, Remaining: floorU(limit - used), ResetAfter: micros(reset)}
+	d := Decision{Allowed: true, Limit: l.Requests, Remaining: floorU((full - used) / fw), ResetAfter: micros(reset)}
 	return State{at: start, count: cur, prev: prev}, d
 }
 
-func tokenBucket(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
-	if now < s.at {
+// bucket decides TokenBucket and GCRA, which are one limiter in two
+// vocabularies. The state is the time of the last update and the debt: the
+// tokens missing from a full bucket scaled by the window (token·µs), which is
+// also GCRA's theoretical arrival time minus now scaled by requests. A hit
+// adds w to the debt, every µs takes requests off it, and a request fits
+// while the debt stays within capacity*w. With values below 2^53 every
+// quantity is an integer held exactly in a float64, so fractional emission
+// intervals (7 per minute) decide exactly.
+func bucket(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
+	if now < s.at { // the clock stepped back
 		now = s.at
 	}
 	capacity := l.Capacity()
-	rate := float64(l.Requests)
-	deficit := s.level - float64(now-s.at)*rate/float64(w)
-	if deficit < 0 {
-		deficit = 0
+	fw, rate := float64(w), float64(l.Requests)
+	full := float64(capacity) * fw
+	debt := s.level - float64(now-s.at)*rate
+	if debt < 0 {
+		debt = 0
 	}
-	tokens := float64(capacity) - deficit
-	if float64(hits) > tokens {
-		d := Decision{Limit: capacity, Remaining: floorU(tokens), ResetAfter: ceilMicros(deficit * float64(w) / rate)}
-		if hits > capacity {
-			d.RetryAfter = Never
-		} else {
-			d.RetryAfter = ceilMicros((float64(hits) - tokens) * float64(w) / rate)
-		}
-		return s, d
-	}
-	deficit += float64(hits)
-	d := Decision{
-		Allowed:    true,
-		Limit:      capacity,
-		Remaining:  floorU(tokens - float64(hits)),
-		ResetAfter: ceilMicros(deficit * float64(w) / rate),
-	}
-	return State{at: now, level: deficit}, d
-}
-
-func gcra(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
-	capacity := l.Capacity()
-	interval := float64(w) / float64(l.Requests) // µs between two requests
-	tolerance := float64(capacity) * interval
-	tat := s.level
-	if tat < float64(now) {
-		tat = float64(now)
-	}
-	newTat := tat + float64(hits)*interval
-	allowAt := newTat - tolerance
-	if float64(now) < allowAt {
+	need := debt + float64(hits)*fw
+	if hits > capacity || need > full {
 		d := Decision{
 			Limit:      capacity,
-			Remaining:  floorU(float64(capacity) - (tat-float64(now))/interval),
-			ResetAfter: ceilMicros(tat - float64(now)),
+			Remaining:  floorU((full - debt) / fw),
+			RetryAfter: Never,
+			ResetAfter: ceilMicros(debt / rate),
 		}
-		if hits > capacity {
-			d.RetryAfter = Never
-		} else {
-			d.RetryAfter = ceilMicros(allowAt - float64(now))
+		if hits <= capacity {
+			d.RetryAfter = ceilMicros((need - full) / rate)
 		}
 		return s, d
 	}
 	d := Decision{
 		Allowed:    true,
 		Limit:      capacity,
-		Remaining:  floorU(float64(capacity) - (newTat-float64(now))/interval),
-		ResetAfter: ceilMicros(newTat - float64(now)),
+		Remaining:  floorU((full - need) / fw),
+		ResetAfter: ceilMicros(need / rate),
 	}
-	return State{level: newTat}, d
+	return State{at: now, level: need}, d
 }
 
 func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
-	if now < s.at {
+	if now < s.at { // the clock stepped back
 		now = s.at
 	}
 	log, count := s.log, s.count
+	if now != s.at {
+		// A new instant: only s itself needs protecting (see ring.keep).
+		log.keep = 0
+	}
 	for log.n > 0 && log.oldest().at <= now-w {
 		count -= log.oldest().hits
 		log = log.dropOldest()
@@ -392,7 +389,7 @@ func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decis
 		return s, d
 	}
 	if hits > 0 {
-		log = log.push(s.log, logEntry{at: now, hits: hits})
+		log = log.push(logEntry{at: now, hits: hits})
 		count += hits
 	}
 	d := Decision{Allowed: true, Limit: limit, Remaining: limit - count}
@@ -408,6 +405,18 @@ func sub0(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
+}
+
+// floorDiv returns floor(num/den) clamped to [0, max]; a zero den gives max.
+func floorDiv(num, den float64, max int64) int64 {
+	q := math.Floor(num / den)
+	switch {
+	case !(q < float64(max)): // also NaN and +Inf
+		return max
+	case !(q > 0):
+		return 0
+	}
+	return int64(q)
 }
 
 // floorU returns floor(f) as a uint64, clamped to [0, MaxUint64].

@@ -8,12 +8,17 @@ type logEntry struct {
 
 // ring is a FIFO of log entries over a circular buffer. It is a value: copies
 // share the buffer. dropOldest only moves the head, and push writes only to a
-// slot outside the view of the ring it was derived from (or into a new buffer),
-// so an older ring value stays valid after a newer one is derived from it.
+// slot outside both the view and the kept slots (see keep), or into a new
+// buffer, so older ring values whose entries lie there stay valid after newer
+// ones are derived from them.
 type ring struct {
 	buf  []logEntry
-	head int
-	n    int
+	head int // slot of the oldest entry
+	n    int // number of entries
+	// keep is the number of slots just before head that an older ring of the
+	// same lineage may still use: the entries dropped since the ring that a
+	// caller may go back to. push never writes there.
+	keep int
 }
 
 func (r ring) at(i int) logEntry { return r.buf[(r.head+i)%len(r.buf)] }
@@ -22,22 +27,20 @@ func (r ring) oldest() logEntry { return r.at(0) }
 
 func (r ring) newest() logEntry { return r.at(r.n - 1) }
 
+// dropOldest removes the oldest entry from the view; its slot is kept.
 func (r ring) dropOldest() ring {
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
+	r.keep++
 	return r
 }
 
-// push appends e to r. base is the ring r was derived from by dropOldest
-// calls (or r itself): the slot after base's newest entry is free in both.
-// When base fills the buffer, the entries of r move to a new, larger buffer.
-func (r ring) push(base ring, e logEntry) ring {
-	if base.n >= len(base.buf) || len(r.buf) == 0 {
-		size := 2 * len(r.buf)
-		if size < 4 {
-			size = 4
-		}
-		buf := make([]logEntry, size)
+// push appends e. It writes in place when a slot outside the view and the
+// kept slots is free; otherwise the entries move to a new buffer of twice
+// their number (at least 4), with nothing kept.
+func (r ring) push(e logEntry) ring {
+	if r.keep+r.n >= len(r.buf) {
+		buf := make([]logEntry, max(4, 2*r.n))
 		for i := 0; i < r.n; i++ {
 			buf[i] = r.at(i)
 		}
