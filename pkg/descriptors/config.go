@@ -202,7 +202,12 @@ func (n *Node) StatsKey(entries []Entry) string {
 	if !(n.valueToMetric || n.DetailedMetric) || len(entries) != n.depth {
 		return n.statsKey
 	}
+	size := len(n.statsKey) + n.depth // room for "_" + value at each level
+	for _, e := range entries {
+		size += len(e.Value)
+	}
 	var b strings.Builder
+	b.Grow(size)
 	b.WriteString(n.domain)
 	n.writeStats(&b, n, entries)
 	return b.String()
