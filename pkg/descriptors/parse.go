@@ -93,6 +93,10 @@ func (p *parser) document(data []byte) *Domain {
 		p.yamlError(err)
 	}
 	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		p.errorf(0, "config is empty")
+		return nil
+	}
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root.Line, "config must be a mapping with domain and descriptors, got %s", describe(root))
 		return nil
@@ -486,7 +490,7 @@ func (l level) add(n *Node) {
 }
 
 // node reads one descriptor and its children. It returns nil when the
-// descriptor has no usable key (its contents are still checked).
+// descriptor has no usable key or value (its contents are still checked).
 func (p *parser) node(m *yaml.Node, parent *Node) *Node {
 	fs := p.fields(m, "descriptor", nodeFields)
 	n := &Node{Line: m.Line, parent: parent, depth: 1, domain: p.domain}
@@ -497,18 +501,14 @@ func (p *parser) node(m *yaml.Node, parent *Node) *Node {
 	switch f := fs["key"]; {
 	case f.key == nil:
 		p.errorf(m.Line, "descriptor has no key")
-	case f.val == nil:
+	case f.val == nil || (f.val.Kind == yaml.ScalarNode && f.val.Value == ""):
 		p.errorf(f.key.Line, "descriptor key must not be empty")
 	default:
-		if k, ok := p.str(f, "key"); ok {
-			if k == "" {
-				p.errorf(f.key.Line, "descriptor key must not be empty")
-			}
-			n.Key, keyOK = k, k != ""
-		}
+		n.Key, keyOK = p.str(f, "key")
 	}
 	// An empty value is no value, as for the reference server.
-	n.Value, _ = p.str(fs["value"], "value")
+	value, valueOK := p.str(fs["value"], "value")
+	n.Value, valueOK = value, valueOK || fs["value"].val == nil // unset is fine
 	n.Wildcard = strings.Contains(n.Value, "*")
 	if n.Wildcard {
 		n.pattern = compilePattern(n.Value)
@@ -525,7 +525,7 @@ func (p *parser) node(m *yaml.Node, parent *Node) *Node {
 	n.Limits = p.nodeLimits(fs, n.ShadowMode)
 	n.setStats()
 	n.children = p.descriptors(fs["descriptors"], n)
-	if !keyOK {
+	if !keyOK || !valueOK {
 		return nil
 	}
 	return n
