@@ -93,7 +93,7 @@ func (p *parser) document(data []byte) *Domain {
 		p.yamlError(err)
 	}
 	root := resolve(doc.Content[0])
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+	if isNull(root) {
 		p.errorf(0, "config is empty")
 		return nil
 	}
@@ -107,14 +107,12 @@ func (p *parser) document(data []byte) *Domain {
 	switch f := fs["domain"]; {
 	case f.key == nil:
 		p.errorf(root.Line, "domain is required")
+	case isEmpty(f.val):
+		p.errorf(f.key.Line, "domain must not be empty")
 	default:
 		if name, ok := p.str(f, "domain"); ok {
-			if name == "" {
-				p.errorf(f.key.Line, "domain must not be empty")
-			} else {
-				d = &Domain{Name: name, File: p.file, Line: f.key.Line}
-				p.domain = name
-			}
+			d = &Domain{Name: name, File: p.file, Line: f.key.Line}
+			p.domain = name
 		}
 	}
 
@@ -122,10 +120,10 @@ func (p *parser) document(data []byte) *Domain {
 		p.alg, _ = p.algorithm(f, "default_algorithm")
 	}
 	p.readTiers(fs["tiers"])
-	root2 := p.descriptors(fs["descriptors"], nil)
+	tree := p.descriptors(fs["descriptors"], nil)
 	if d != nil {
 		d.DefaultAlgorithm = p.alg
-		d.root = root2
+		d.root = tree
 	}
 	return d
 }
@@ -143,6 +141,16 @@ func resolve(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// isNull reports a YAML null (~, null or nothing).
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// isEmpty reports a field value that is unset (nil) or the empty string.
+func isEmpty(n *yaml.Node) bool {
+	return n == nil || (n.Kind == yaml.ScalarNode && n.Value == "")
 }
 
 // describe names a value for error messages.
@@ -175,7 +183,7 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]
 			p.errorf(k.Line, "duplicate field %q (first at line %d)", name, prev.key.Line)
 			continue
 		}
-		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		if isNull(v) {
 			v = nil
 		}
 		fs[name] = field{key: k, val: v}
@@ -271,7 +279,7 @@ func (p *parser) readTiers(f field) {
 			continue
 		}
 		v := resolve(f.val.Content[i+1])
-		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		if isNull(v) {
 			v = nil
 		}
 		// The tier is known even when invalid, so that its users do not
@@ -501,7 +509,7 @@ func (p *parser) node(m *yaml.Node, parent *Node) *Node {
 	switch f := fs["key"]; {
 	case f.key == nil:
 		p.errorf(m.Line, "descriptor has no key")
-	case f.val == nil || (f.val.Kind == yaml.ScalarNode && f.val.Value == ""):
+	case isEmpty(f.val):
 		p.errorf(f.key.Line, "descriptor key must not be empty")
 	default:
 		n.Key, keyOK = p.str(f, "key")
