@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,6 +138,59 @@ func TestMemoryExactOneKey(t *testing.T) {
 			t.Logf("the sweeper dropped the fresh entry %d times", dropped)
 		})
 	}
+}
+
+// TestMemoryExactWhileSweeping charges many keys from many goroutines,
+// mixing checks (which leave an entry fresh) with charges, while a sweeper
+// keeps dropping fresh entries that requests are about to charge: each key
+// still allows exactly its limit.
+func TestMemoryExactWhileSweeping(t *testing.T) {
+	const (
+		keys       = 50
+		limit      = 3
+		goroutines = 64
+	)
+	m, _ := newTestMemory(t)
+	l := limitOf(algorithms.SlidingWindowLog, limit, time.Minute)
+	var allowed [keys]atomic.Int64
+	var swept atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			out := make([]algorithms.Decision, 1)
+			// Three passes of checks over every key, then one of charges;
+			// every goroutine sweeps now and then.
+			for i := range 4 * keys {
+				if i%8 == g%8 {
+					swept.Add(int64(m.Sweep()))
+				}
+				k := (g*31 + i) % keys
+				charge := i >= 3*keys
+				items := []backend.Item{{Key: "k" + strconv.Itoa(k), Limit: l}}
+				if charge {
+					items[0].Hits = 1
+				}
+				ok, err := m.Apply(context.Background(), items, out)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok && charge {
+					allowed[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range allowed {
+		if got := allowed[k].Load(); got != limit {
+			t.Errorf("key %d: allowed %d, want exactly %d", k, got, limit)
+		}
+	}
+	if swept.Load() == 0 {
+		t.Error("the sweeps dropped no entry while requests ran")
+	}
+	t.Logf("the sweeps dropped %d fresh entries", swept.Load())
 }
 
 // TestMemoryAllOrNothingConcurrent runs requests that touch two keys (in
