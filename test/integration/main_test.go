@@ -1,0 +1,184 @@
+// Package integration tests the built envoy-rls binary as a black box: it
+// builds cmd/envoy-rls once, starts it as a process on free loopback ports and
+// drives it over gRPC and HTTP, like Envoy and a user with curl would.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// binary is the envoy-rls binary built for this test run.
+var binary string
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "envoy-rls-it")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "envoy-rls")
+	build := exec.Command("go", "build", "-race", "-o", binary, "../../cmd/envoy-rls")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building envoy-rls:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// proc is a running envoy-rls.
+type proc struct {
+	cmd      *exec.Cmd
+	grpcAddr string
+	httpURL  string
+	mu       sync.Mutex
+	log      bytes.Buffer
+	exited   chan struct{}
+	conn     *grpc.ClientConn
+}
+
+// Logs returns what the process logged so far.
+func (p *proc) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// startServe runs `envoy-rls serve` with args (plus listen addresses on free
+// ports) and env, and waits until /healthz answers.
+func startServe(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := &proc{grpcAddr: grpcAddr, httpURL: "http://" + httpAddr, exited: make(chan struct{})}
+	full := append([]string{"serve", "--grpc-addr", grpcAddr, "--http-addr", httpAddr}, args...)
+	p.cmd = exec.Command(binary, full...)
+	p.cmd.Env = append(os.Environ(), env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stdout = io.Discard
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+		p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("envoy-rls log:\n%s", p.Logs())
+		}
+	})
+	waitFor(t, 20*time.Second, "envoy-rls /healthz", func() bool {
+		select {
+		case <-p.exited:
+			t.Fatalf("envoy-rls exited early:\n%s", p.Logs())
+		default:
+		}
+		resp, err := httpClient.Get(p.httpURL + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	p.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.conn.Close() })
+	return p
+}
+
+func (p *proc) client() rlsv3.RateLimitServiceClient { return rlsv3.NewRateLimitServiceClient(p.conn) }
+
+// stop sends SIGTERM, waits for the exit and returns the exit code.
+func (p *proc) stop(t *testing.T) int {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(15 * time.Second):
+		t.Fatal("envoy-rls did not exit within 15s of SIGTERM")
+		return -1
+	}
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// postJSON posts body to /json and returns the status code and body.
+func (p *proc) postJSON(t *testing.T, body string) (int, string) {
+	t.Helper()
+	resp, err := httpClient.Post(p.httpURL+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// repoFile returns the path of a file of the repository.
+func repoFile(parts ...string) string {
+	return filepath.Join(append([]string{"..", ".."}, parts...)...)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
