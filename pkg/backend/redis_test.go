@@ -1,0 +1,242 @@
+package backend_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// redisClock is a settable clock for the Redis store's test-only injected
+// time, safe for concurrent use.
+type redisClock struct{ us atomic.Int64 }
+
+func newRedisClock(t time.Time) *redisClock {
+	c := &redisClock{}
+	c.us.Store(t.UnixMicro())
+	return c
+}
+
+func (c *redisClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
+func (c *redisClock) Set(t time.Time)         { c.us.Store(t.UnixMicro()) }
+func (c *redisClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+// newRedisStore returns a store on addr (a redis:// URL unless opts says
+// otherwise), closed when the test ends.
+func newRedisStore(t testing.TB, opts backend.RedisOptions) *backend.Redis {
+	t.Helper()
+	r, err := backend.NewRedis(opts)
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func redisApply(t testing.TB, s backend.Store, items ...backend.Item) ([]algorithms.Decision, bool) {
+	t.Helper()
+	out := make([]algorithms.Decision, len(items))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	allowed, err := s.Apply(ctx, items, out)
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	return out, allowed
+}
+
+func TestRedisSmoke(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := newRedisClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock})
+	for _, k := range algorithms.Kinds() {
+		l := algorithms.Limit{Algorithm: k, Requests: 3, Window: time.Second}
+		key := "smoke:" + k.String()
+		for i := 0; i < 3; i++ {
+			ds, ok := redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 1})
+			if !ok || !ds[0].Allowed || ds[0].Remaining != uint64(2-i) || ds[0].Limit != 3 {
+				t.Fatalf("%s: hit %d: %+v allowed=%v", k, i, ds[0], ok)
+			}
+		}
+		ds, ok := redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 1})
+		if ok || ds[0].Allowed || ds[0].RetryAfter <= 0 {
+			t.Fatalf("%s: 4th hit: %+v allowed=%v; want denied", k, ds[0], ok)
+		}
+	}
+}
+
+// redisModel is the Redis store's contract written plainly on top of
+// pkg/algorithms: the Store contract (as memModel), plus the one thing the
+// Redis store does differently from Memory: a key whose state is fresh after
+// a request (the ResetAfter of its last allowing item is zero) is deleted,
+// so it starts again from a zero State.
+type redisModel map[string]algorithms.State
+
+func (md redisModel) apply(items []backend.Item, now time.Time) ([]algorithms.Decision, bool) {
+	work := map[string]algorithms.State{}
+	reset := map[string]time.Duration{}
+	ds := make([]algorithms.Decision, len(items))
+	for i, it := range items {
+		s, ok := work[it.Key]
+		if !ok {
+			s = md[it.Key]
+		}
+		next, d := algorithms.Decide(it.Limit, s, now, it.Hits)
+		ds[i] = d
+		if d.Allowed {
+			work[it.Key], reset[it.Key] = next, d.ResetAfter
+		}
+	}
+	allowed := backend.Verdict(items, ds)
+	if allowed {
+		for k, s := range work {
+			if reset[k] == 0 {
+				delete(md, k)
+			} else {
+				md[k] = s
+			}
+		}
+	} else {
+		for i, it := range items {
+			if ds[i].Allowed {
+				_, ds[i] = algorithms.Decide(it.Limit, md[it.Key], now, 0)
+			}
+		}
+	}
+	return ds, allowed
+}
+
+// randomLimits returns n keys with random limits of kind k (or of every
+// kind when mixed), with windows from 1ms to a minute.
+func randomLimits(rng *rand.Rand, k algorithms.Kind, mixed bool, n int) map[string]algorithms.Limit {
+	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 3 * time.Second, 7 * time.Second, time.Minute}
+	limits := map[string]algorithms.Limit{}
+	for i := 0; i < n; i++ {
+		kind := k
+		if mixed {
+			kind = algorithms.Kinds()[rng.IntN(len(algorithms.Kinds()))]
+		}
+		l := algorithms.Limit{Algorithm: kind, Requests: uint64(rng.IntN(9)), Window: windows[rng.IntN(len(windows))]}
+		if kind.HasBurst() && rng.IntN(2) == 0 {
+			l.Burst = uint64(rng.IntN(12) + 1)
+		}
+		limits[fmt.Sprintf("k%d", i)] = l
+	}
+	return limits
+}
+
+// randomItems returns a request of 1 to 4 items (sometimes up to 40) on the
+// keys of limits, with repeated keys, every mode and two quota groups.
+func randomItems(rng *rand.Rand, limits map[string]algorithms.Limit) []backend.Item {
+	n := 1 + rng.IntN(4)
+	if rng.IntN(20) == 0 {
+		n = 17 + rng.IntN(24)
+	}
+	items := make([]backend.Item, n)
+	for i := range items {
+		k := fmt.Sprintf("k%d", rng.IntN(len(limits)))
+		items[i] = backend.Item{Key: k, Limit: limits[k], Hits: uint64(rng.IntN(5)), Mode: backend.Mode(rng.IntN(3)), Group: rng.IntN(2)}
+	}
+	return items
+}
+
+func sameDecisions(t *testing.T, step int, items []backend.Item, got []algorithms.Decision, gotOK bool, want []algorithms.Decision, wantOK bool) {
+	t.Helper()
+	if gotOK != wantOK {
+		t.Fatalf("step %d: items %+v: allowed %v, want %v", step, items, gotOK, wantOK)
+	}
+	for i := range items {
+		if got[i] != want[i] {
+			t.Fatalf("step %d item %d (%+v) of %+v:\ngot  %+v\nwant %+v", step, i, items[i], items, got[i], want[i])
+		}
+	}
+}
+
+// TestRedisMatchesMemoryRandom drives the Redis store and the memory store
+// with the same random requests on the same forward-moving timeline and
+// requires identical decisions: a broad check, on top of the shared tables,
+// that the Lua twin follows pkg/algorithms and the Store contract.
+func TestRedisMatchesMemoryRandom(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	start := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	for seed, k := range append(algorithms.Kinds(), 255) {
+		name, mixed := k.String(), k == 255
+		if mixed {
+			name = "mixed"
+		}
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed)+1, 42))
+			clock := newRedisClock(start)
+			mem := backend.NewMemory(backend.WithClock(clock), backend.WithSweepInterval(0))
+			t.Cleanup(func() { mem.Close() })
+			red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "mem:" + name + ":"})
+			limits := randomLimits(rng, k, mixed, 5)
+			for step := 0; step < 400; step++ {
+				switch rng.IntN(4) {
+				case 0: // same instant
+				case 1:
+					clock.Advance(time.Duration(rng.IntN(2000)) * time.Microsecond)
+				case 2:
+					clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				case 3:
+					clock.Advance(time.Duration(rng.IntN(5)) * time.Second)
+				}
+				items := randomItems(rng, limits)
+				want, wantOK := redisApply(t, mem, items...)
+				got, gotOK := redisApply(t, red, items...)
+				sameDecisions(t, step, items, got, gotOK, want, wantOK)
+			}
+		})
+	}
+}
+
+// TestRedisMatchesModelClockSteps is TestRedisMatchesMemoryRandom with a
+// clock that also steps back, against redisModel: Memory keeps the latest
+// instant a fresh key has seen (and decides no earlier than that), while the
+// Redis store deletes fresh keys, so after a step back such a key starts
+// again from the earlier instant, as any fresh key would.
+func TestRedisMatchesModelClockSteps(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	start := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	for seed, k := range append(algorithms.Kinds(), 255) {
+		name, mixed := k.String(), k == 255
+		if mixed {
+			name = "mixed"
+		}
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed)+7, 43))
+			clock := newRedisClock(start)
+			md := redisModel{}
+			red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "model:" + name + ":"})
+			limits := randomLimits(rng, k, mixed, 5)
+			backs := 0
+			for step := 0; step < 400; step++ {
+				switch rng.IntN(5) {
+				case 0: // same instant
+				case 1:
+					clock.Advance(time.Duration(rng.IntN(2000)) * time.Microsecond)
+				case 2:
+					clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				case 3:
+					clock.Advance(time.Duration(rng.IntN(5)) * time.Second)
+				case 4:
+					clock.Advance(-time.Duration(1+rng.IntN(1500)) * time.Millisecond)
+					backs++
+				}
+				items := randomItems(rng, limits)
+				want, wantOK := md.apply(items, clock.Now())
+				got, gotOK := redisApply(t, red, items...)
+				sameDecisions(t, step, items, got, gotOK, want, wantOK)
+			}
+			if backs == 0 {
+				t.Fatal("the clock never stepped back")
+			}
+		})
+	}
+}
