@@ -1,0 +1,123 @@
+package rls_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
+)
+
+const benchYAML = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: api
+    rate_limits:
+      - {unit: minute, requests_per_unit: 1000000000}
+      - {unit: second, requests_per_unit: 1000000000, algorithm: token_bucket}
+      - {window: 10s, requests_per_unit: 1000000000, algorithm: sliding_window_counter}
+`
+
+func benchService(b *testing.B) *rls.Service {
+	cfg, err := descriptors.Parse("bench.yaml", []byte(benchYAML))
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := backend.NewMemory()
+	b.Cleanup(func() { store.Close() })
+	return rls.New(store, cfg, rls.Options{})
+}
+
+func benchRequests(key string, n int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: "v" + strconv.Itoa(i)}},
+		}}}
+	}
+	return reqs
+}
+
+// BenchmarkShouldRateLimit measures the service without gRPC: validation,
+// matching, key building, the memory store and the response.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		key  string
+		keys int
+	}{
+		{"hot_key", "user", 1},
+		{"10k_keys", "user", 10_000},
+		{"composite_3_limits", "api", 10_000},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			svc := benchService(b)
+			reqs := benchRequests(bc.key, bc.keys)
+			var next atomic.Int64
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := reqs[int(next.Add(1))%len(reqs)]
+					if _, err := svc.ShouldRateLimit(ctx, r); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkGRPC measures whole calls through a real gRPC server and client
+// on loopback.
+func BenchmarkGRPC(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		keys int
+	}{{"hot_key", 1}, {"10k_keys", 10_000}} {
+		b.Run(bc.name, func(b *testing.B) {
+			svc := benchService(b)
+			srv, _ := rls.NewGRPCServer(svc)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(lis)
+			defer srv.Stop()
+			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			client := rlsv3.NewRateLimitServiceClient(conn)
+			reqs := benchRequests("user", bc.keys)
+			var next atomic.Int64
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := reqs[int(next.Add(1))%len(reqs)]
+					if _, err := client.ShouldRateLimit(ctx, r); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
