@@ -291,7 +291,7 @@ func TestCompositeLimitReportsTheBindingOne(t *testing.T) {
 	}
 	// The denial charged nothing: per_minute still has 3 left.
 	h.clock.Advance(time.Second)
-	r = h.call(t, "f", desc("api", "k"))
+	h.call(t, "f", desc("api", "k"))
 	r = h.call(t, "f", desc("api", "k"))
 	st = r.Statuses[0]
 	if r.OverallCode != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetName() != "per_second" || st.LimitRemaining != 0 {
@@ -520,5 +520,59 @@ func TestJSONEndpoint(t *testing.T) {
 	}
 	if code, _ := post(`not json`); code != http.StatusBadRequest {
 		t.Fatalf("garbage: %d", code)
+	}
+}
+
+func TestCurrentLimitOfCustomWindows(t *testing.T) {
+	h := start(t, `
+domain: w
+descriptors:
+  - key: a
+    rate_limit: {window: 90s, requests_per_unit: 10}
+  - key: b
+    rate_limit: {window: 2h, requests_per_unit: 10}
+  - key: c
+    rate_limit: {window: 1500ms, requests_per_unit: 3}
+  - key: d
+    rate_limit: {unit: minute, requests_per_unit: 6, algorithm: token_bucket, burst: 2}
+`, rls.Options{})
+	for _, tc := range []struct {
+		key        string
+		rpu        uint32
+		unit       rlsv3.RateLimitResponse_RateLimit_Unit
+		multiplier uint32 // 0: unset
+	}{
+		{"a", 10, rlsv3.RateLimitResponse_RateLimit_SECOND, 90},
+		{"b", 10, rlsv3.RateLimitResponse_RateLimit_HOUR, 2},
+		{"c", 2, rlsv3.RateLimitResponse_RateLimit_SECOND, 0}, // 3 per 1.5 s = 2 per second
+		{"d", 6, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0},
+	} {
+		cl := h.call(t, "w", desc(tc.key, "x")).Statuses[0].CurrentLimit
+		if cl.GetRequestsPerUnit() != tc.rpu || cl.GetUnit() != tc.unit || cl.GetUnitMultiplier().GetValue() != tc.multiplier {
+			t.Errorf("%s: current_limit %v, want %d per %v x%d", tc.key, cl, tc.rpu, tc.unit, tc.multiplier)
+		}
+	}
+	// Token bucket: remaining counts against the burst, a denial says when
+	// the next token arrives (one per 10 s).
+	r := h.call(t, "w", desc("d", "y"))
+	if r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("burst 2 after one hit: %v", r)
+	}
+	h.call(t, "w", desc("d", "y"))
+	r = h.call(t, "w", desc("d", "y"))
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].DurationUntilReset.AsDuration() != 10*time.Second {
+		t.Fatalf("empty bucket: %v", r)
+	}
+}
+
+func TestNegativeHitsAreCheckedWithoutCharging(t *testing.T) {
+	h := start(t, basicYAML, rls.Options{})
+	d := desc("user", "n")
+	d.IsNegativeHits = true
+	d.HitsAddend = wrapperspb.UInt64(2)
+	for i := 0; i < 5; i++ {
+		if r := h.call(t, "d", d); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 3 {
+			t.Fatalf("negative hits %d: %v", i, r)
+		}
 	}
 }
