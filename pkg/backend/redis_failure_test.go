@@ -1,0 +1,118 @@
+package backend_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// TestRedisFailureRecovery kills redis-server under concurrent load and
+// starts it again on the same port: no call outlives its deadline (plus
+// scheduling slack), calls fail while Redis is down, succeed again by
+// themselves after it returns (the script is re-sent after NOSCRIPT), and
+// no goroutine is left behind after Close.
+func TestRedisFailureRecovery(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	baseline := runtime.NumGoroutine()
+	r, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL(), PoolSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 30 * time.Millisecond
+	const slack = 50 * time.Millisecond
+	var ok, failed atomic.Int64
+	var worst atomic.Int64 // ns past the deadline
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}
+	for c := 0; c < 32; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			items := []backend.Item{{Key: "load", Limit: l, Hits: 1}}
+			out := make([]algorithms.Decision, 1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				start := time.Now()
+				_, err := r.Apply(ctx, items, out)
+				over := time.Since(start) - timeout
+				cancel()
+				for {
+					w := worst.Load()
+					if int64(over) <= w || worst.CompareAndSwap(w, int64(over)) {
+						break
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+				} else {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	waitUntil(t, "calls succeed", 10*time.Second, func() bool { return ok.Load() > 200 })
+
+	srv.Stop()
+	f0 := failed.Load()
+	waitUntil(t, "calls fail while Redis is down", 10*time.Second, func() bool { return failed.Load() > f0+200 })
+
+	srv.Restart()
+	o0 := ok.Load()
+	waitUntil(t, "calls succeed again after Redis returns", 10*time.Second, func() bool { return ok.Load() > o0+200 })
+	close(stop)
+	wg.Wait()
+
+	if w := time.Duration(worst.Load()); w > slack {
+		t.Errorf("a call returned %v after its deadline (slack %v)", w, slack)
+	}
+	st := r.Stats()
+	if st.ScriptReloads == 0 {
+		t.Error("no script reload after the restart (the restarted server had no script)")
+	}
+	if st.Errors == 0 {
+		t.Error("Stats counted no errors")
+	}
+	t.Logf("ok %d, failed %d, worst overrun %v, stats %+v", ok.Load(), failed.Load(), time.Duration(worst.Load()), st)
+	r.Close()
+	waitUntil(t, "goroutines end", 10*time.Second, func() bool { return runtime.NumGoroutine() <= baseline })
+}
+
+// TestRedisStartsWhileDown: NewRedis succeeds while Redis is down, calls
+// fail promptly, and work once Redis is up, without any action.
+func TestRedisStartsWhileDown(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	srv.Stop()
+	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL()})
+	items := []backend.Item{{Key: "k", Limit: longLimit(algorithms.FixedWindow, 10), Hits: 1}}
+	out := make([]algorithms.Decision, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	start := time.Now()
+	_, err := r.Apply(ctx, items, out)
+	cancel()
+	if err == nil {
+		t.Fatal("Apply succeeded with Redis down")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Apply took %v with Redis down", d)
+	}
+	srv.Restart()
+	waitUntil(t, "Apply works after Redis starts", 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := r.Apply(ctx, items, out)
+		return err == nil
+	})
+}

@@ -1,0 +1,386 @@
+package backend_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// longLimit returns a limit of kind k that lets nothing refill or slide out
+// during a test that runs for seconds: L per year (a window boundary falls
+// into a given second with a chance of 3e-8).
+func longLimit(k algorithms.Kind, l uint64) algorithms.Limit {
+	return algorithms.Limit{Algorithm: k, Requests: l, Window: 365 * 24 * time.Hour}
+}
+
+// TestRedisTTL checks, on Redis's own clock, that every state key expires
+// no later than its ResetAfter (rounded up to Redis's millisecond), that a
+// request leaving a key fresh leaves no key behind, and that keys really
+// disappear when their state is fresh again.
+func TestRedisTTL(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rc := srv.Client()
+	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "ttl:"})
+	ctx := context.Background()
+	for _, k := range algorithms.Kinds() {
+		t.Run(k.String(), func(t *testing.T) {
+			l := algorithms.Limit{Algorithm: k, Requests: 5, Window: 3 * time.Second}
+			key := "a:" + k.String()
+
+			// A check on a fresh key creates nothing.
+			if ds, _ := redisApply(t, r, backend.Item{Key: key, Limit: l}); ds[0].ResetAfter != 0 {
+				t.Fatalf("check on a fresh key: %+v", ds[0])
+			}
+			if n := rc.Exists(ctx, "ttl:"+key).Val(); n != 0 {
+				t.Fatalf("a check on a fresh key left a key behind")
+			}
+			// A denied request charges nothing and creates nothing.
+			deny := backend.Item{Key: "deny", Limit: algorithms.Limit{Requests: 0, Window: time.Second}, Hits: 1}
+			if _, ok := redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 2}, deny); ok {
+				t.Fatal("a request with a zero limit was allowed")
+			}
+			if n := rc.Exists(ctx, "ttl:"+key).Val(); n != 0 {
+				t.Fatalf("a denied request left a key behind")
+			}
+
+			ds, _ := redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 2})
+			reset := ds[0].ResetAfter
+			if reset <= 0 || reset > l.Window*2 {
+				t.Fatalf("ResetAfter %v after 2 hits", reset)
+			}
+			pttl := rc.PTTL(ctx, "ttl:"+key).Val()
+			maxTTL := (reset + time.Millisecond - 1).Truncate(time.Millisecond)
+			if pttl <= 0 || pttl > maxTTL {
+				t.Fatalf("PTTL %v, want in (0, %v] (ResetAfter %v)", pttl, maxTTL, reset)
+			}
+		})
+	}
+
+	// A state that becomes fresh disappears with it: 2 hits of a 2-per-30ms
+	// limit are fresh again 30ms (one window or a full refill) later.
+	for _, k := range algorithms.Kinds() {
+		l := algorithms.Limit{Algorithm: k, Requests: 2, Window: 30 * time.Millisecond}
+		key := "short:" + k.String()
+		redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 2})
+		waitUntil(t, "key "+key+" expires", 3*time.Second, func() bool {
+			return rc.Exists(ctx, "ttl:"+key).Val() == 0
+		})
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after limit.
+func waitUntil(t testing.TB, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// hammer runs clients goroutines that each send attempts requests of items
+// (made per attempt by mk) to stores (round robin) and returns how many
+// requests were allowed.
+func hammer(t *testing.T, stores []backend.Store, clients, attempts int, mk func(client, attempt int) []backend.Item) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	start := make(chan struct{})
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[c%len(stores)]
+			<-start
+			for a := 0; a < attempts; a++ {
+				items := mk(c, a)
+				out := make([]algorithms.Decision, len(items))
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ok, err := s.Apply(ctx, items, out)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Apply: %v", err)
+	}
+	return allowed.Load()
+}
+
+// TestRedisExactConcurrent: three stores (as three instances) on one
+// server, 120 concurrent clients, one key of limit L: exactly L requests
+// are allowed, for every algorithm, with and without the local deny cache.
+func TestRedisExactConcurrent(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const L, clients, attempts = 100, 120, 3
+	for _, cache := range []bool{false, true} {
+		for _, k := range algorithms.Kinds() {
+			t.Run(fmt.Sprintf("%s/cache=%v", k, cache), func(t *testing.T) {
+				var stores []backend.Store
+				for i := 0; i < 3; i++ {
+					stores = append(stores, newRedisStore(t, backend.RedisOptions{
+						URL: srv.URL(), KeyPrefix: "exact:", LocalDenyCache: cache, PoolSize: 4,
+					}))
+				}
+				key := fmt.Sprintf("%s:%v", k, cache)
+				l := longLimit(k, L)
+				got := hammer(t, stores, clients, attempts, func(int, int) []backend.Item {
+					return []backend.Item{{Key: key, Limit: l, Hits: 1}}
+				})
+				if got != L {
+					t.Fatalf("allowed %d requests, want exactly %d", got, L)
+				}
+			})
+		}
+	}
+}
+
+// TestRedisAllOrNothingConcurrent: requests of two keys, one of which
+// (shared by all) has the smaller limit. Whatever the interleaving, the key
+// of larger limit is charged exactly as often as the shared one allowed.
+func TestRedisAllOrNothingConcurrent(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rc := srv.Client()
+	stores := []backend.Store{
+		newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "aon:"}),
+		newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "aon:", BatchWindow: 100 * time.Microsecond}),
+	}
+	small := longLimit(algorithms.FixedWindow, 40)
+	big := longLimit(algorithms.FixedWindow, 1000)
+	got := hammer(t, stores, 100, 2, func(int, int) []backend.Item {
+		return []backend.Item{{Key: "big", Limit: big, Hits: 1}, {Key: "small", Limit: small, Hits: 1}}
+	})
+	if got != 40 {
+		t.Fatalf("allowed %d, want 40", got)
+	}
+	v := rc.Get(context.Background(), "aon:big").Val()
+	if f := strings.Fields(v); len(f) != 4 || f[1] != "40" {
+		t.Fatalf("state of the big key %q: count %v, want 40", v, f)
+	}
+}
+
+// TestRedisNoScript: after the server loses its scripts (SCRIPT FLUSH, as
+// after a restart), Apply still works, re-sending the script once.
+func TestRedisNoScript(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rc := srv.Client()
+	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL()})
+	l := longLimit(algorithms.TokenBucket, 10)
+	redisApply(t, r, backend.Item{Key: "k", Limit: l, Hits: 1})
+	before := r.Stats()
+	if err := rc.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ds, ok := redisApply(t, r, backend.Item{Key: "k", Limit: l, Hits: 1})
+	if !ok || ds[0].Remaining != 8 {
+		t.Fatalf("after SCRIPT FLUSH: %+v %v; want allowed with 8 remaining", ds[0], ok)
+	}
+	after := r.Stats()
+	if after.ScriptReloads != before.ScriptReloads+1 {
+		t.Fatalf("ScriptReloads %d -> %d, want one more", before.ScriptReloads, after.ScriptReloads)
+	}
+	redisApply(t, r, backend.Item{Key: "k", Limit: l, Hits: 1})
+	if r.Stats().ScriptReloads != after.ScriptReloads {
+		t.Fatal("the script was re-sent again: EVAL did not cache it")
+	}
+}
+
+// TestRedisLocalDenyCache: a denial is remembered until its RetryAfter and
+// answers requests of at least as many hits on the same key without Redis,
+// with honest numbers; anything else still goes to Redis.
+func TestRedisLocalDenyCache(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := newRedisClock(algorithmsBase())
+	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 3, Window: time.Second}
+	item := func(key string, hits uint64) backend.Item { return backend.Item{Key: key, Limit: l, Hits: hits} }
+
+	redisApply(t, r, item("k", 2))
+	clock.Advance(100 * time.Millisecond)
+	ds, ok := redisApply(t, r, item("k", 2)) // Redis denies: 1 left, 900ms to go
+	want := algorithms.Decision{Limit: 3, Remaining: 1, RetryAfter: 900 * time.Millisecond, ResetAfter: 900 * time.Millisecond}
+	if ok || ds[0] != want {
+		t.Fatalf("denial from Redis: %+v %v, want %+v", ds[0], ok, want)
+	}
+	trips := r.Stats().RoundTrips
+
+	clock.Advance(400 * time.Millisecond)
+	ds, ok = redisApply(t, r, item("k", 5)) // more hits: from the cache
+	want = algorithms.Decision{Limit: 3, Remaining: 1, RetryAfter: 500 * time.Millisecond, ResetAfter: 500 * time.Millisecond}
+	if ok || ds[0] != want {
+		t.Fatalf("denial from the cache: %+v %v, want %+v", ds[0], ok, want)
+	}
+	st := r.Stats()
+	if st.RoundTrips != trips || st.LocalDenials != 1 {
+		t.Fatalf("stats %+v: want no new round trip and 1 local denial", st)
+	}
+
+	// Fewer hits, a check, or another key (a per-request override has its
+	// own key) go to Redis, and so does a request with an unknown key.
+	for _, items := range [][]backend.Item{
+		{item("k", 1)},
+		{item("k", 0)},
+		{item("other", 2)},
+		{item("k", 2), item("fresh", 1)},
+	} {
+		ds, _ := redisApply(t, r, items...)
+		if items[0].Key == "k" && items[0].Hits == 1 && !ds[0].Allowed {
+			t.Fatalf("1 hit with 1 remaining was denied: %+v", ds[0])
+		}
+	}
+	if got := r.Stats().RoundTrips; got != trips+4 {
+		t.Fatalf("round trips %d, want %d: requests the cache cannot answer must reach Redis", got, trips+4)
+	}
+
+	// After RetryAfter the key goes to Redis again, which allows.
+	clock.Advance(500 * time.Millisecond)
+	if ds, ok := redisApply(t, r, item("k", 2)); !ok || !ds[0].Allowed {
+		t.Fatalf("after RetryAfter: %+v %v; want allowed", ds[0], ok)
+	}
+}
+
+// algorithmsBase is an instant aligned to every window up to an hour.
+func algorithmsBase() time.Time { return time.Unix(1_800_000_000, 0).UTC() }
+
+// TestRedisClockSkew shows that the instances' own clocks do not matter:
+// two stores in TIME mode (as two instances whose clocks differ) share a
+// 1-second fixed window exactly, and their ResetAfter is the end of the
+// window on Redis's clock; while two stores that used their own clocks,
+// half a window apart, would count into different windows and together
+// allow twice the limit.
+func TestRedisClockSkew(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rc := srv.Client()
+	ctx := context.Background()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 4, Window: time.Second}
+
+	// Own clocks half a window apart: each store counts in its own window.
+	now := time.Now()
+	skewA := newRedisClock(now.Truncate(time.Second).Add(200 * time.Millisecond))
+	skewB := newRedisClock(now.Truncate(time.Second).Add(700 * time.Millisecond))
+	a := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: skewA, KeyPrefix: "skew:"})
+	b := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: skewB, KeyPrefix: "skew:"})
+	var allowed int
+	for i := 0; i < 4; i++ {
+		skewA.Advance(100 * time.Millisecond) // A reaches 600ms; B 1100ms, the next window
+		skewB.Advance(100 * time.Millisecond)
+		for _, s := range []backend.Store{a, b} {
+			if _, ok := redisApply(t, s, backend.Item{Key: "own-clocks", Limit: l, Hits: 1}); ok {
+				allowed++
+			}
+		}
+	}
+	if allowed <= 4 {
+		t.Fatalf("stores on skewed own clocks allowed %d; the scenario must show their disagreement (> 4)", allowed)
+	}
+
+	// TIME mode: whatever the instances' clocks, Redis's decides.
+	x := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "skew:"})
+	y := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "skew:"})
+	// Start in the first half of a second on Redis's clock, so that the 8
+	// requests below fall into one window.
+	waitUntil(t, "the first half of a second on Redis's clock", 3*time.Second, func() bool {
+		tm := rc.Time(ctx).Val()
+		return tm.Sub(tm.Truncate(time.Second)) < 500*time.Millisecond
+	})
+	allowed = 0
+	for i := 0; i < 4; i++ {
+		for _, s := range []backend.Store{x, y} {
+			before := rc.Time(ctx).Val()
+			ds, ok := redisApply(t, s, backend.Item{Key: "redis-clock", Limit: l, Hits: 1})
+			after := rc.Time(ctx).Val()
+			if ok {
+				allowed++
+			}
+			// ResetAfter is the time to the end of the window on Redis's
+			// clock, as seen between the TIME calls around the request.
+			if before.Truncate(time.Second) == after.Truncate(time.Second) {
+				end := before.Truncate(time.Second).Add(time.Second)
+				lo, hi := end.Sub(after), end.Sub(before)
+				if ds[0].ResetAfter < lo || ds[0].ResetAfter > hi {
+					t.Fatalf("ResetAfter %v not within [%v, %v] of Redis's window end", ds[0].ResetAfter, lo, hi)
+				}
+			}
+		}
+	}
+	if allowed != 4 {
+		t.Fatalf("stores on Redis's clock allowed %d in one window, want 4", allowed)
+	}
+}
+
+// TestRedisHugeValues: limits and hits beyond 2^53 are approximate in Lua,
+// but never panic or misreport: more hits than the capacity are denied for
+// ever, and a huge remaining saturates.
+func TestRedisHugeValues(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := newRedisClock(algorithmsBase())
+	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock})
+	for _, k := range algorithms.Kinds() {
+		l := algorithms.Limit{Algorithm: k, Requests: 1000, Window: time.Second}
+		ds, ok := redisApply(t, r, backend.Item{Key: "huge-hits:" + k.String(), Limit: l, Hits: math.MaxUint64})
+		if ok || ds[0].RetryAfter != algorithms.Never || ds[0].Remaining != 1000 {
+			t.Fatalf("%s: MaxUint64 hits: %+v %v", k, ds[0], ok)
+		}
+		l.Requests = math.MaxUint64
+		ds, ok = redisApply(t, r, backend.Item{Key: "huge-limit:" + k.String(), Limit: l, Hits: 1})
+		if !ok || ds[0].Remaining < 1<<63 {
+			t.Fatalf("%s: huge limit: %+v %v", k, ds[0], ok)
+		}
+	}
+}
+
+func TestRedisOptionsErrors(t *testing.T) {
+	for _, o := range []backend.RedisOptions{
+		{},
+		{URL: "http://localhost"},
+		{URL: "redis://localhost", KeyPrefix: "a{b"},
+		{SentinelAddrs: []string{"127.0.0.1:1"}},
+		{SentinelAddrs: []string{"127.0.0.1:1"}, SentinelMaster: "m", ClusterAddrs: []string{"127.0.0.1:2"}},
+		{URL: "redis://localhost", BatchSize: -1},
+		{URL: "redis://localhost", BatchWindow: -time.Second},
+	} {
+		if r, err := backend.NewRedis(o); err == nil {
+			r.Close()
+			t.Errorf("NewRedis(%+v) succeeded", o)
+		}
+	}
+}
+
+func TestRedisClosed(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisApply(t, r, backend.Item{Key: "k", Limit: longLimit(algorithms.FixedWindow, 1), Hits: 1})
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	out := make([]algorithms.Decision, 1)
+	if _, err := r.Apply(context.Background(), []backend.Item{{Key: "k", Limit: longLimit(algorithms.FixedWindow, 1)}}, out); err != backend.ErrClosed {
+		t.Fatalf("Apply after Close: %v, want ErrClosed", err)
+	}
+}
