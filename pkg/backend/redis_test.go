@@ -79,6 +79,15 @@ func TestRedisSmoke(t *testing.T) {
 type redisModel map[string]algorithms.State
 
 func (md redisModel) apply(items []backend.Item, now time.Time) ([]algorithms.Decision, bool) {
+	ds := md.applyPart(items, now, true)
+	return ds, backend.Verdict(items, ds)
+}
+
+// applyPart decides items as one script call does. With whole set they are
+// the whole request, committed when it is allowed; otherwise they are one
+// cluster slot of a split request, committed unless an Enforced item among
+// them denies.
+func (md redisModel) applyPart(items []backend.Item, now time.Time, whole bool) []algorithms.Decision {
 	work := map[string]algorithms.State{}
 	reset := map[string]time.Duration{}
 	ds := make([]algorithms.Decision, len(items))
@@ -93,8 +102,16 @@ func (md redisModel) apply(items []backend.Item, now time.Time) ([]algorithms.De
 			work[it.Key], reset[it.Key] = next, d.ResetAfter
 		}
 	}
-	allowed := backend.Verdict(items, ds)
-	if allowed {
+	commit := backend.Verdict(items, ds)
+	if !whole {
+		commit = true
+		for i, it := range items {
+			if it.Mode == backend.Enforced && !ds[i].Allowed {
+				commit = false
+			}
+		}
+	}
+	if commit {
 		for k, s := range work {
 			if reset[k] == 0 {
 				delete(md, k)
@@ -109,7 +126,33 @@ func (md redisModel) apply(items []backend.Item, now time.Time) ([]algorithms.De
 			}
 		}
 	}
-	return ds, allowed
+	return ds
+}
+
+// applySplit decides items as the store does on a Cluster: one part per
+// hash slot of prefix+key, in the order of the slots' first items.
+func (md redisModel) applySplit(items []backend.Item, now time.Time, prefix string) ([]algorithms.Decision, bool) {
+	var slots []int
+	bySlot := map[int][]int{}
+	for i, it := range items {
+		s := backend.Slot(prefix + it.Key)
+		if _, ok := bySlot[s]; !ok {
+			slots = append(slots, s)
+		}
+		bySlot[s] = append(bySlot[s], i)
+	}
+	ds := make([]algorithms.Decision, len(items))
+	for _, s := range slots {
+		var part []backend.Item
+		for _, i := range bySlot[s] {
+			part = append(part, items[i])
+		}
+		pd := md.applyPart(part, now, len(slots) == 1)
+		for k, i := range bySlot[s] {
+			ds[i] = pd[k]
+		}
+	}
+	return ds, backend.Verdict(items, ds)
 }
 
 // randomLimits returns n keys with random limits of kind k (or of every
