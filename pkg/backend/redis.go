@@ -540,7 +540,11 @@ func makeGroup(items []Item, keys []string, idx []int) group {
 		b = strconv.AppendUint(b, uint64(it.Mode), 10)
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, int64(it.Group), 10)
-		b = append(b, ' ')
+		if it.Hits > it.Limit.Capacity() || (it.Limit.Requests == 0 && it.Hits > 0) {
+			b = append(b, " 1 "...)
+		} else {
+			b = append(b, " 0 "...)
+		}
 	}
 	g.args = string(b)
 	return g

@@ -11,10 +11,12 @@
 --          only when the request's verdict allows. "0" when they are one
 --          slot of a request split across slots: written unless an
 --          Enforced item of this call denies (see backend.Redis).
--- ARGV[3]  8 numbers per item, separated by spaces: key index (1-based
+-- ARGV[3]  9 numbers per item, separated by spaces: key index (1-based
 --          into KEYS), algorithm, requests, window µs, capacity, hits,
---          mode, group. Algorithms and modes use the Go constants'
---          values.
+--          mode, group, over. Algorithms and modes use the Go constants'
+--          values; over is 1 when hits > capacity, compared exactly in Go
+--          (as doubles, two huge numbers may round to the same value), so a
+--          request of more hits than the capacity is always denied.
 --
 -- Returns {committed, allowed_1, remaining_1, retry_after_1, reset_after_1,
 -- ...}: committed and allowed are 0 or 1; durations are integer µs, -1 for
@@ -100,14 +102,15 @@ do
 	for tok in string.gmatch(ARGV[3], "%S+") do
 		f[#f + 1] = tonumber(tok)
 	end
-	if #f % 8 ~= 0 then
+	if #f % 9 ~= 0 then
 		error("envoy-rls: malformed items")
 	end
-	for i = 0, #f / 8 - 1 do
-		local b = i * 8
+	for i = 0, #f / 9 - 1 do
+		local b = i * 9
 		items[i + 1] = {
 			ki = f[b + 1], alg = f[b + 2], requests = f[b + 3], w = f[b + 4],
 			cap = f[b + 5], hits = f[b + 6], mode = f[b + 7], group = f[b + 8],
+			over = f[b + 9] == 1,
 		}
 	end
 end
@@ -184,7 +187,9 @@ end
 
 -- A decision is {allowed, remaining, retry_after, reset_after}.
 
-local function fixed_window(l, s, now, hits)
+-- Each algorithm takes over = hits > capacity (exact, from Go).
+
+local function fixed_window(l, s, now, hits, over)
 	local w = l.w
 	local start = now - fmod(now, w)
 	if start < s.at then -- the clock stepped back into an earlier window
@@ -200,9 +205,9 @@ local function fixed_window(l, s, now, hits)
 	local limit = l.requests
 	local left = sub0(limit, count)
 	local e = micros(w - (now - start))
-	if hits > left then
+	if over or hits > left then
 		local d = { false, left, e, e }
-		if hits > limit then
+		if over then
 			d[3] = NEVER
 		end
 		if count == 0 then
@@ -233,7 +238,7 @@ end
 
 -- sliding_counter mirrors algorithms.slidingCounter, in hits scaled by the
 -- window (hit·µs).
-local function sliding_counter(l, s, now, hits)
+local function sliding_counter(l, s, now, hits, over)
 	local w = l.w
 	local start = now - fmod(now, w)
 	if start < s.at then
@@ -258,9 +263,9 @@ local function sliding_counter(l, s, now, hits)
 	elseif prev > 0 then
 		reset = w - elapsed
 	end
-	if hits > sub0(l.requests, cur) or used + hits * fw > full then
+	if over or hits > sub0(l.requests, cur) or used + hits * fw > full then
 		local d = { false, floor_u((full - used) / fw), 0, micros(reset) }
-		if hits > l.requests then
+		if over then
 			d[3] = NEVER
 		elseif hits <= sub0(l.requests, cur) then
 			-- Within this window, once enough of the previous one slides out.
@@ -285,7 +290,7 @@ end
 
 -- bucket mirrors algorithms.bucket, which decides token_bucket and gcra: the
 -- state is the last update and the debt in token·µs.
-local function bucket(l, s, now, hits)
+local function bucket(l, s, now, hits, over)
 	if now < s.at then -- the clock stepped back
 		now = s.at
 	end
@@ -297,9 +302,9 @@ local function bucket(l, s, now, hits)
 		debt = 0
 	end
 	local need = debt + hits * fw
-	if hits > capacity or need > full then
+	if over or need > full then
 		local d = { false, floor_u((full - debt) / fw), NEVER, ceil_micros(debt / rate) }
-		if hits <= capacity then
+		if not over then
 			d[3] = ceil_micros((need - full) / rate)
 		end
 		return s, d
@@ -308,7 +313,7 @@ local function bucket(l, s, now, hits)
 		{ true, floor_u((full - need) / fw), 0, ceil_micros(need / rate) }
 end
 
-local function sliding_log(l, s, now, hits)
+local function sliding_log(l, s, now, hits, over)
 	local w = l.w
 	if now < s.at then
 		now = s.at
@@ -321,13 +326,13 @@ local function sliding_log(l, s, now, hits)
 	end
 	local limit = l.requests
 	local left = sub0(limit, count)
-	if hits > left then
+	if over or hits > left then
 		local d = { false, left, 0, 0 }
 		local n = log_len(v)
 		if n > 0 then
 			d[4] = micros(log_at(v, n)[1] + w - now)
 		end
-		if hits > limit then
+		if over then
 			d[3] = NEVER
 		else
 			local need, freed = hits - left, 0
@@ -361,7 +366,7 @@ local function sliding_log(l, s, now, hits)
 end
 
 -- decide mirrors algorithms.DecideMicros.
-local function decide(it, s, now, hits)
+local function decide(it, s, now, hits, over)
 	if it.requests == 0 then
 		if hits == 0 then
 			return s, { true, 0, 0, 0 }
@@ -370,13 +375,13 @@ local function decide(it, s, now, hits)
 	end
 	local alg = it.alg
 	if alg == BUCKET or alg == GCRA then
-		return bucket(it, s, now, hits)
+		return bucket(it, s, now, hits, over)
 	elseif alg == LOG then
-		return sliding_log(it, s, now, hits)
+		return sliding_log(it, s, now, hits, over)
 	elseif alg == COUNTER then
-		return sliding_counter(it, s, now, hits)
+		return sliding_counter(it, s, now, hits, over)
 	end
-	return fixed_window(it, s, now, hits)
+	return fixed_window(it, s, now, hits, over)
 end
 
 local function num(x)
@@ -447,7 +452,7 @@ for i, it in ipairs(items) do
 	elseif algs[ki] ~= it.alg then
 		error("envoy-rls: items of key " .. KEYS[ki] .. " use different algorithms")
 	end
-	local s, d = decide(it, work[ki], now, it.hits)
+	local s, d = decide(it, work[ki], now, it.hits, it.over)
 	dec[i] = d
 	if d[1] then
 		work[ki], charged[ki], reset[ki] = s, true, d[4]
@@ -489,7 +494,7 @@ else
 	-- Nothing is charged: report the allowing items' state as it stays.
 	for i, it in ipairs(items) do
 		if dec[i][1] then
-			local _, d = decide(it, orig[it.ki], now, 0)
+			local _, d = decide(it, orig[it.ki], now, 0, false)
 			dec[i] = d
 		end
 	end
