@@ -51,9 +51,11 @@ const inlineItems = 16
 // This deliberately differs from envoyproxy/ratelimit, which charges the
 // hits of a denied request to the limits it did not exceed.
 //
-// Time: Apply reads the clock once and decides every item at that instant.
-// Requests lock only the entries of their own keys, in key order, so
-// requests on different keys never wait for each other.
+// Time and locking: Apply reads the clock once and decides every item at
+// that instant (or at the instant of a later sweep that dropped one of its
+// keys: see Sweep). It locks only the entries of its own keys, in key order,
+// and holds no lock while it calls the cache, so requests on different keys
+// never wait for each other's locks.
 //
 // A Memory must be created with NewMemory and released with Close.
 type Memory struct {
