@@ -106,9 +106,9 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
-	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master)")
+	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
-	fs.StringVar(&o.RedisCluster, "redis-cluster", "", "Redis Cluster seed addresses ADDR[,ADDR...]")
+	fs.StringVar(&o.RedisCluster, "redis-cluster", "", "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS")
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
 	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
 	fs.DurationVar(&o.RedisReadTimeout, "redis-read-timeout", time.Second, "Redis read timeout (each call is also bounded by --backend-timeout)")
@@ -153,14 +153,11 @@ func (o options) validate() error {
 			errs = append(errs, errors.New("--max-keys must be at least 1"))
 		}
 	case "redis":
-		n := 0
-		for _, s := range []string{o.RedisURL, o.RedisSentinel, o.RedisCluster} {
-			if s != "" {
-				n++
-			}
-		}
-		if n != 1 {
-			errs = append(errs, errors.New("--backend redis needs exactly one of --redis-url, --redis-sentinel or --redis-cluster"))
+		switch {
+		case o.RedisURL == "" && o.RedisSentinel == "" && o.RedisCluster == "":
+			errs = append(errs, errors.New("--backend redis needs --redis-url, --redis-sentinel or --redis-cluster"))
+		case o.RedisSentinel != "" && o.RedisCluster != "":
+			errs = append(errs, errors.New("--redis-sentinel and --redis-cluster exclude each other"))
 		}
 		if (o.RedisSentinel != "") != (o.RedisSentinelMaster != "") {
 			errs = append(errs, errors.New("--redis-sentinel and --redis-sentinel-master go together"))

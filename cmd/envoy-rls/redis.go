@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,7 +8,47 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
-// newRedisStore builds the Redis store from the options.
+// newRedisStore builds the Redis store from the options. It does not
+// connect: the service starts while Redis is down and the store reconnects
+// by itself.
 func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.Store, error) {
-	return nil, errors.New("redis backend: not wired yet")
+	ro := backend.RedisOptions{
+		URL:            o.RedisURL,
+		SentinelAddrs:  splitList(o.RedisSentinel),
+		SentinelMaster: o.RedisSentinelMaster,
+		ClusterAddrs:   splitList(o.RedisCluster),
+		PoolSize:       o.RedisPoolSize,
+		DialTimeout:    o.RedisDialTimeout,
+		ReadTimeout:    o.RedisReadTimeout,
+		WriteTimeout:   o.RedisWriteTimeout,
+		KeyPrefix:      o.KeyPrefix,
+		BatchWindow:    o.RedisBatchWindow,
+		BatchSize:      o.RedisBatchSize,
+		LocalDenyCache: o.LocalDenyCache,
+	}
+	r, err := backend.NewRedis(ro)
+	if err != nil {
+		return nil, err
+	}
+	mode := "standalone"
+	switch {
+	case o.RedisSentinel != "":
+		mode = "sentinel"
+	case o.RedisCluster != "":
+		mode = "cluster"
+	}
+	log.Info("redis backend", "mode", mode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "local_deny_cache", o.LocalDenyCache)
+	stat := func(name, help string, f func(backend.RedisStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(r.Stats())) })
+	}
+	reg.MustRegister(
+		stat("envoy_rls_redis_requests_total", "Store calls that needed Redis state.", func(s backend.RedisStats) uint64 { return s.Requests }),
+		stat("envoy_rls_redis_round_trips_total", "Pipelines sent to Redis (one round trip each).", func(s backend.RedisStats) uint64 { return s.RoundTrips }),
+		stat("envoy_rls_redis_script_calls_total", "Script calls (one per request, or per slot of a request split across Cluster slots).", func(s backend.RedisStats) uint64 { return s.ScriptCalls }),
+		stat("envoy_rls_redis_local_denials_total", "Requests denied by the local deny cache without a Redis call.", func(s backend.RedisStats) uint64 { return s.LocalDenials }),
+		stat("envoy_rls_redis_errors_total", "Store calls that failed or timed out.", func(s backend.RedisStats) uint64 { return s.Errors }),
+		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent with EVAL after NOSCRIPT (e.g. after a Redis restart).", func(s backend.RedisStats) uint64 { return s.ScriptReloads }),
+	)
+	return r, nil
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"log/slog"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
@@ -29,5 +27,3 @@ func registerMemoryMetrics(reg prometheus.Registerer, m *backend.Memory) {
 		}, func() float64 { return float64(m.Stats().Swept) }),
 	)
 }
-
-var _ = slog.Default
