@@ -41,6 +41,7 @@ type Server struct {
 	bin    string
 	dir    string
 	port   int
+	conf   string // config file, for a Sentinel
 	extra  []string
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -58,6 +59,13 @@ func StartStandalone(tb testing.TB) *Server {
 // plus 10000 (the cluster bus) must be free as well.
 func start(tb testing.TB, extra []string, cluster bool) *Server {
 	tb.Helper()
+	return startConf(tb, "", nil, extra, cluster)
+}
+
+// startConf starts a server; when conf is set, it writes the config file
+// made by conf(port) into the server's directory and passes it first.
+func startConf(tb testing.TB, name string, conf func(port int) string, extra []string, cluster bool) *Server {
+	tb.Helper()
 	bin := Binary(tb)
 	dir := tb.TempDir()
 	var lastErr error
@@ -68,6 +76,12 @@ func start(tb testing.TB, extra []string, cluster bool) *Server {
 			continue
 		}
 		s := &Server{tb: tb, bin: bin, dir: dir, port: port, extra: extra}
+		if conf != nil {
+			s.conf = filepath.Join(dir, name)
+			if err := os.WriteFile(s.conf, []byte(conf(port)), 0o644); err != nil {
+				tb.Fatalf("redistest: %v", err)
+			}
+		}
 		if err := s.launch(); err != nil {
 			// Most likely another process took the port between our probe
 			// and redis-server's bind: try another one.
@@ -133,7 +147,11 @@ func freePort(cluster bool) (int, error) {
 // launch starts the process and waits until it answers PING, or fails when
 // it exits or does not answer within startTimeout.
 func (s *Server) launch() error {
-	args := []string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf) // a config file comes first
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
@@ -141,7 +159,7 @@ func (s *Server) launch() error {
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}
+	)
 	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
@@ -399,5 +417,31 @@ func (c *Cluster) WaitOK(tb testing.TB) {
 	}
 	if err := c.waitOK(ctx, clients); err != nil {
 		tb.Fatalf("redistest: cluster not ready: %v", err)
+	}
+}
+
+// StartSentinel starts a Sentinel on a free loopback port that monitors
+// master under the name masterName (quorum 1), and waits until it reports
+// the master's address.
+func StartSentinel(tb testing.TB, master *Server, masterName string) *Server {
+	tb.Helper()
+	conf := func(port int) string {
+		// Sentinel rewrites its config file, so it must be its own.
+		return fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+			masterName, master.Port(), masterName)
+	}
+	s := startConf(tb, "sentinel.conf", conf, []string{"--sentinel"}, false)
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr(), PoolSize: 1})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		addr, err := c.GetMasterAddrByName(context.Background(), masterName).Result()
+		if err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(master.Port()) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: sentinel does not know master %s: %v %v", masterName, addr, err)
+		}
+		time.Sleep(pollInterval)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestStandaloneStopRestart(t *testing.T) {
@@ -49,5 +51,19 @@ func TestCluster(t *testing.T) {
 		if err != nil || size == 0 {
 			t.Fatalf("node %s holds %d keys (%v); want some", n.Addr(), size, err)
 		}
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	m := StartStandalone(t)
+	s := StartSentinel(t, m, "mymaster")
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{s.Addr()}})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "via-sentinel", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.Client().Get(ctx, "via-sentinel").Val(); v != "1" {
+		t.Fatalf("the master holds %q, want the key written through the sentinel", v)
 	}
 }

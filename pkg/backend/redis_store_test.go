@@ -384,3 +384,19 @@ func TestRedisClosed(t *testing.T) {
 		t.Fatalf("Apply after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestRedisSentinel: the store finds the master through a Sentinel.
+func TestRedisSentinel(t *testing.T) {
+	m := redistest.StartStandalone(t)
+	s := redistest.StartSentinel(t, m, "rls-master")
+	r := newRedisStore(t, backend.RedisOptions{SentinelAddrs: []string{s.Addr()}, SentinelMaster: "rls-master", KeyPrefix: "sentinel:"})
+	l := longLimit(algorithms.FixedWindow, 2)
+	for i, want := range []bool{true, true, false} {
+		if _, ok := redisApply(t, r, backend.Item{Key: "k", Limit: l, Hits: 1}); ok != want {
+			t.Fatalf("request %d: allowed %v, want %v", i, ok, want)
+		}
+	}
+	if n := m.Client().Exists(context.Background(), "sentinel:k").Val(); n != 1 {
+		t.Fatal("the master holds no state for the key")
+	}
+}
