@@ -361,9 +361,13 @@ func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decis
 		// A new instant: only s itself needs protecting (see ring.keep).
 		log.keep = 0
 	}
-	for log.n > 0 && log.oldest().at <= now-w {
-		count -= log.oldest().hits
-		log = log.dropOldest()
+	for log.n > 0 {
+		e := log.oldest()
+		if e.at > now-w {
+			break
+		}
+		count -= e.hits
+		log.dropOldest()
 	}
 	limit := l.Requests
 	left := sub0(limit, count)
@@ -389,7 +393,7 @@ func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decis
 		return s, d
 	}
 	if hits > 0 {
-		log = log.push(logEntry{at: now, hits: hits})
+		log.push(logEntry{at: now, hits: hits})
 		count += hits
 	}
 	d := Decision{Allowed: true, Limit: limit, Remaining: limit - count}
