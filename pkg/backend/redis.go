@@ -175,7 +175,7 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 	if opts.BatchWindow < 0 {
 		return nil, errors.New("backend: redis batch window must not be negative")
 	}
-	client, cluster, err := newRedisClient(opts)
+	client, cluster, poolSize, err := newRedisClient(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -191,9 +191,9 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 	if r.batchSize == 0 {
 		r.batchSize = DefaultRedisBatchSize
 	}
-	workers := opts.PoolSize
+	workers := poolSize
 	if workers == 0 {
-		workers = 10 * runtime.GOMAXPROCS(0)
+		workers = 10 * runtime.GOMAXPROCS(0) // go-redis's default pool size
 	}
 	r.sem = make(chan struct{}, workers)
 	r.queue = make(chan *call, 4*r.batchSize)
@@ -218,8 +218,9 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
-// newRedisClient builds the go-redis client of opts.
-func newRedisClient(opts RedisOptions) (redis.UniversalClient, bool, error) {
+// newRedisClient builds the go-redis client of opts. It returns whether it
+// is a Cluster client and the pool size asked for (0: go-redis's default).
+func newRedisClient(opts RedisOptions) (redis.UniversalClient, bool, int, error) {
 	modes := 0
 	if len(opts.SentinelAddrs) > 0 {
 		modes++
@@ -228,19 +229,19 @@ func newRedisClient(opts RedisOptions) (redis.UniversalClient, bool, error) {
 		modes++
 	}
 	if modes == 0 && opts.URL == "" {
-		return nil, false, errors.New("backend: redis needs a URL, Sentinel addresses or Cluster addresses")
+		return nil, false, 0, errors.New("backend: redis needs a URL, Sentinel addresses or Cluster addresses")
 	}
 	if modes > 1 {
-		return nil, false, errors.New("backend: redis Sentinel and Cluster addresses are exclusive")
+		return nil, false, 0, errors.New("backend: redis Sentinel and Cluster addresses are exclusive")
 	}
 	if len(opts.SentinelAddrs) > 0 && opts.SentinelMaster == "" {
-		return nil, false, errors.New("backend: redis Sentinel needs a master name")
+		return nil, false, 0, errors.New("backend: redis Sentinel needs a master name")
 	}
 	base := &redis.Options{}
 	if opts.URL != "" {
 		var err error
 		if base, err = redis.ParseURL(opts.URL); err != nil {
-			return nil, false, fmt.Errorf("backend: redis URL: %w", err)
+			return nil, false, 0, fmt.Errorf("backend: redis URL: %w", err)
 		}
 	}
 	if opts.Username != "" {
@@ -278,7 +279,7 @@ func newRedisClient(opts RedisOptions) (redis.UniversalClient, bool, error) {
 			MaxRetries:            base.MaxRetries,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
-		}), true, nil
+		}), true, base.PoolSize, nil
 	case len(opts.SentinelAddrs) > 0:
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:            opts.SentinelMaster,
@@ -295,9 +296,9 @@ func newRedisClient(opts RedisOptions) (redis.UniversalClient, bool, error) {
 			MaxRetries:            base.MaxRetries,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
-		}), false, nil
+		}), false, base.PoolSize, nil
 	default:
-		return redis.NewClient(base), false, nil
+		return redis.NewClient(base), false, base.PoolSize, nil
 	}
 }
 
@@ -841,10 +842,11 @@ func (r *Redis) rememberDenials(items []Item, out []algorithms.Decision) {
 
 // HashTagged returns the counter key rest prefixed with the Redis Cluster
 // hash tag of tag, "{tag}rest", so that all keys made with one tag share a
-// cluster slot (and one script call). Braces and '%' in tag are
+// cluster slot (and one atomic script call). Braces and '%' in tag are
 // percent-encoded and an empty tag becomes "%", so the result is a distinct
-// key for every distinct (tag, rest) and its hash tag is never empty.
-// pkg/rls tags each descriptor's limits with one tag.
+// key for every distinct (tag, rest) and its hash tag is never empty. Give
+// the limits that must be decided together (those of one descriptor, or of
+// one request when that is possible) one tag.
 func HashTagged(tag, rest string) string {
 	var b strings.Builder
 	b.Grow(len(tag) + len(rest) + 3)
