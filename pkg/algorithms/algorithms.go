@@ -204,16 +204,20 @@ func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
 	if w < 1 {
 		w = 1
 	}
+	// Each algorithm works on this call's copy of s, which it overwrites only
+	// when the request is allowed.
+	var d Decision
 	switch l.Algorithm {
 	case TokenBucket, GCRA:
-		return bucket(l, w, s, now, hits)
+		d = bucket(&l, w, &s, now, hits)
 	case SlidingWindowLog:
-		return slidingLog(l, w, s, now, hits)
+		d = slidingLog(&l, w, &s, now, hits)
 	case SlidingWindowCounter:
-		return slidingCounter(l, w, s, now, hits)
+		d = slidingCounter(&l, w, &s, now, hits)
 	default:
-		return fixedWindow(l, w, s, now, hits)
+		d = fixedWindow(&l, w, &s, now, hits)
 	}
+	return s, d
 }
 
 // blocked is the decision of a limit of zero requests: hits are never
@@ -225,7 +229,7 @@ func blocked(l Limit, hits uint64) Decision {
 	return Decision{Limit: l.Capacity(), RetryAfter: Never}
 }
 
-func fixedWindow(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
+func fixedWindow(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	start := now - now%w
 	if start < s.at { // the clock stepped back into an earlier window
 		start, now = s.at, max(now, s.at)
@@ -245,21 +249,22 @@ func fixedWindow(l Limit, w int64, s State, now int64, hits uint64) (State, Deci
 		if count == 0 {
 			d.ResetAfter = 0
 		}
-		return s, d
+		return d
 	}
 	count += hits
 	d := Decision{Allowed: true, Limit: limit, Remaining: limit - count}
 	if count > 0 {
 		d.ResetAfter = end
 	}
-	return State{at: start, count: count}, d
+	*s = State{at: start, count: count}
+	return d
 }
 
 // slidingCounter works in hits scaled by the window (hit·µs), so that with
 // counts and windows below 2^53 every quantity is an integer held exactly in
 // a float64 and the decisions are exact: used = prev*(w-elapsed) + cur*w
 // against a full window of requests*w.
-func slidingCounter(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
+func slidingCounter(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	start := now - now%w
 	if start < s.at { // the clock stepped back into an earlier window
 		start, now = s.at, max(now, s.at)
@@ -300,7 +305,7 @@ func slidingCounter(l Limit, w int64, s State, now int64, hits uint64) (State, D
 			e := w - floorDiv(need, float64(cur), w)
 			d.RetryAfter = micros(w + e - elapsed)
 		}
-		return s, d
+		return d
 	}
 	cur += hits
 	used += float64(hits) * fw
@@ -308,7 +313,8 @@ func slidingCounter(l Limit, w int64, s State, now int64, hits uint64) (State, D
 		reset = 2*w - elapsed
 	}
 	d := Decision{Allowed: true, Limit: l.Requests, Remaining: floorU((full - used) / fw), ResetAfter: micros(reset)}
-	return State{at: start, count: cur, prev: prev}, d
+	*s = State{at: start, count: cur, prev: prev}
+	return d
 }
 
 // bucket decides TokenBucket and GCRA, which are one limiter in two
@@ -319,7 +325,7 @@ func slidingCounter(l Limit, w int64, s State, now int64, hits uint64) (State, D
 // while the debt stays within capacity*w. With values below 2^53 every
 // quantity is an integer held exactly in a float64, so fractional emission
 // intervals (7 per minute) decide exactly.
-func bucket(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
+func bucket(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	if now < s.at { // the clock stepped back
 		now = s.at
 	}
@@ -341,7 +347,7 @@ func bucket(l Limit, w int64, s State, now int64, hits uint64) (State, Decision)
 		if hits <= capacity {
 			d.RetryAfter = ceilMicros((need - full) / rate)
 		}
-		return s, d
+		return d
 	}
 	d := Decision{
 		Allowed:    true,
@@ -349,10 +355,11 @@ func bucket(l Limit, w int64, s State, now int64, hits uint64) (State, Decision)
 		Remaining:  floorU((full - need) / fw),
 		ResetAfter: ceilMicros(need / rate),
 	}
-	return State{at: now, level: need}, d
+	*s = State{at: now, level: need}
+	return d
 }
 
-func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decision) {
+func slidingLog(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	if now < s.at { // the clock stepped back
 		now = s.at
 	}
@@ -390,7 +397,7 @@ func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decis
 				}
 			}
 		}
-		return s, d
+		return d
 	}
 	if hits > 0 {
 		log.push(logEntry{at: now, hits: hits})
@@ -400,7 +407,8 @@ func slidingLog(l Limit, w int64, s State, now int64, hits uint64) (State, Decis
 	if log.n > 0 {
 		d.ResetAfter = micros(log.newest().at + w - now)
 	}
-	return State{at: now, count: count, log: log}, d
+	*s = State{at: now, count: count, log: log}
+	return d
 }
 
 // sub0 returns a-b, or 0 when b > a.
