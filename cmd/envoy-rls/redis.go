@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
@@ -26,6 +29,10 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		BatchSize:      o.RedisBatchSize,
 		LocalDenyCache: o.LocalDenyCache,
 	}
+	// go-redis logs connection trouble on its own; route it to our logger at
+	// debug level, since every failure that matters to a call is already
+	// counted and logged (throttled) by the service.
+	redis.SetLogger(redisLogger{log})
 	r, err := backend.NewRedis(ro)
 	if err != nil {
 		return nil, err
@@ -51,4 +58,11 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent with EVAL after NOSCRIPT (e.g. after a Redis restart).", func(s backend.RedisStats) uint64 { return s.ScriptReloads }),
 	)
 	return r, nil
+}
+
+// redisLogger adapts go-redis's process-wide logger to slog.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
