@@ -149,7 +149,7 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the limit is back to its full capacity
 	// (its state equals a fresh one, so a store may drop it then). Zero when
-	// it is full now; Never when it never refills (zero requests).
+	// it is full now, and for a limit of zero requests, which keeps no state.
 	ResetAfter time.Duration
 }
 

@@ -385,6 +385,8 @@ func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
 		if v, ok := p.integer(f, "burst", 1, math.MaxUint32); ok {
 			if algOK && !alg.HasBurst() {
 				p.errorf(f.key.Line, "burst has no meaning for %s (only for token_bucket and gcra)", alg)
+			} else if l.RequestsPerUnit == 0 && fs["requests_per_unit"].val != nil {
+				p.errorf(f.key.Line, "burst has no meaning with requests_per_unit 0, which denies every request")
 			}
 			l.Limit.Burst = uint64(v)
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
@@ -82,14 +83,43 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 }
 
 // BenchmarkGRPC measures whole calls through a real gRPC server and client
-// on loopback.
+// on loopback, on the memory store.
 func BenchmarkGRPC(b *testing.B) {
+	benchGRPC(b, func(b *testing.B) (*rls.Service, func(b *testing.B)) { return benchService(b), nil })
+}
+
+// BenchmarkGRPCRedis is BenchmarkGRPC on the Redis store, against a real
+// redis-server started for it. It reports decisions per second and Redis
+// round trips per request (below 1 when concurrent requests share
+// pipelines).
+func BenchmarkGRPCRedis(b *testing.B) {
+	srv := redistest.StartStandalone(b)
+	benchGRPC(b, func(b *testing.B) (*rls.Service, func(b *testing.B)) {
+		cfg, err := descriptors.Parse("bench.yaml", []byte(benchYAML))
+		if err != nil {
+			b.Fatal(err)
+		}
+		store, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { store.Close() })
+		before := store.Stats()
+		report := func(b *testing.B) {
+			after := store.Stats()
+			b.ReportMetric(float64(after.RoundTrips-before.RoundTrips)/float64(b.N), "roundtrips/op")
+		}
+		return rls.New(store, cfg, rls.Options{}), report
+	})
+}
+
+func benchGRPC(b *testing.B, newService func(b *testing.B) (*rls.Service, func(b *testing.B))) {
 	for _, bc := range []struct {
 		name string
 		keys int
 	}{{"hot_key", 1}, {"10k_keys", 10_000}} {
 		b.Run(bc.name, func(b *testing.B) {
-			svc := benchService(b)
+			svc, report := newService(b)
 			srv, _ := rls.NewGRPCServer(svc)
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -118,6 +148,10 @@ func BenchmarkGRPC(b *testing.B) {
 					}
 				}
 			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			if report != nil {
+				report(b)
+			}
 		})
 	}
 }
