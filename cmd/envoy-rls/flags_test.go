@@ -1,0 +1,62 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
+	t.Setenv("ENVOY_RLS_CONFIG", "/etc/rls")
+	t.Setenv("ENVOY_RLS_BACKEND", "redis")
+	t.Setenv("ENVOY_RLS_REDIS_CLUSTER", "a:1, b:2,")
+	t.Setenv("ENVOY_RLS_BACKEND_TIMEOUT", "25ms")
+	t.Setenv("ENVOY_RLS_GRPC_ADDR", ":9999")
+	o, err := parseServe([]string{"--grpc-addr", "127.0.0.1:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Config != "/etc/rls" || o.Backend != "redis" || o.BackendTimeout != 25*time.Millisecond {
+		t.Fatalf("environment not applied: %+v", o)
+	}
+	if o.GRPCAddr != "127.0.0.1:1" {
+		t.Fatalf("command line must win over the environment: %q", o.GRPCAddr)
+	}
+	if got := splitList(o.RedisCluster); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
+		t.Fatalf("cluster list %q", got)
+	}
+}
+
+func TestFlagValidation(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--config is required"},
+		{[]string{"--config", "x", "--backend", "redis"}, "needs --redis-url, --redis-sentinel or --redis-cluster"},
+		{[]string{"--config", "x", "--backend", "redis", "--redis-sentinel", "a:1"}, "go together"},
+		{[]string{"--config", "x", "--backend", "redis", "--redis-sentinel", "a:1", "--redis-sentinel-master", "m", "--redis-cluster", "b:1"}, "exclude each other"},
+		{[]string{"--config", "x", "--failure-mode", "maybe"}, "--failure-mode"},
+		{[]string{"--config", "x", "--backend", "etcd"}, "want memory or redis"},
+		{[]string{"--config", "x", "--max-keys", "0"}, "--max-keys"},
+		{[]string{"--config", "x", "--log-level", "loud"}, "--log-level"},
+		{[]string{"--config", "x", "stray"}, "unexpected argument"},
+	} {
+		_, err := parseServe(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parseServe([]string{"--config", "x", "--backend", "redis", "--redis-url", "redis://h:1"}, io.Discard); err != nil {
+		t.Errorf("valid redis flags: %v", err)
+	}
+}
+
+func TestBadEnvironmentValueNamesTheVariable(t *testing.T) {
+	t.Setenv("ENVOY_RLS_MAX_KEYS", "lots")
+	_, err := parseServe([]string{"--config", "x"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "ENVOY_RLS_MAX_KEYS") {
+		t.Fatalf("got %v", err)
+	}
+}
