@@ -157,7 +157,8 @@ type owner struct {
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	if err := validate(req); err != nil {
-		s.opts.Metrics.request(req.GetDomain(), "invalid", start)
+		// Not the request's domain: it may be anything, of any length.
+		s.opts.Metrics.request("", "invalid", start)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sc := s.pool.Get().(*scratch)
@@ -167,6 +168,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	var dom *descriptors.Domain
 	if cfg != nil {
 		dom = cfg.Domain(req.Domain)
+	}
+	// Metrics are labelled with configured domains only, so that clients
+	// cannot create series at will; unknown domains share the label "".
+	label := ""
+	if dom != nil {
+		label = req.Domain
 	}
 	s.plan(sc, dom, req)
 	s.batch(sc, req)
@@ -181,10 +188,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				s.log.Warn("rate limit backend failed", "error", err, "failure_mode", s.opts.FailureMode.String(), "failures_since_last_log", n)
 			}
 			if s.opts.FailureMode == FailClosed {
-				s.opts.Metrics.request(req.Domain, "unavailable", start)
+				s.opts.Metrics.request(label, "unavailable", start)
 				return nil, status.Error(codes.Unavailable, "rate limit backend unavailable: "+err.Error())
 			}
-			s.opts.Metrics.request(req.Domain, "failed_open", start)
+			s.opts.Metrics.request(label, "failed_open", start)
 			return failOpenResponse(sc), nil
 		}
 	}
@@ -193,7 +200,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if !allowed {
 		code = "over_limit"
 	}
-	s.opts.Metrics.request(req.Domain, code, start)
+	s.opts.Metrics.request(label, code, start)
 	return resp, nil
 }
 
@@ -258,7 +265,9 @@ var unitWindows = map[typev3.RateLimitUnit]time.Duration{
 }
 
 // overrideWindow returns the window of a request-supplied limit override:
-// its unit times its unit_multiplier (default 1).
+// its unit times its unit_multiplier (default 1). A window longer than a
+// time.Duration holds (about 292 years) is an error rather than a
+// wrapped-around product.
 func overrideWindow(o *commonv3.RateLimitDescriptor_RateLimitOverride) (time.Duration, error) {
 	w, ok := unitWindows[o.Unit]
 	if !ok {
@@ -267,6 +276,9 @@ func overrideWindow(o *commonv3.RateLimitDescriptor_RateLimitOverride) (time.Dur
 	if m := o.GetUnitMultiplier(); m != nil {
 		if m.Value == 0 {
 			return 0, errors.New("unit_multiplier must be at least 1")
+		}
+		if time.Duration(m.Value) > math.MaxInt64/w {
+			return 0, fmt.Errorf("window of %d x %v is too long", m.Value, o.Unit)
 		}
 		w *= time.Duration(m.Value)
 	}
@@ -511,7 +523,11 @@ func failOpenResponse(sc *scratch) *rlsv3.RateLimitResponse {
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sc.plans)),
 	}
 	for i := range sc.plans {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if sc.plans[i].unlimited {
+			st.LimitRemaining = math.MaxUint32 // as when the store answers
+		}
+		resp.Statuses[i] = st
 	}
 	for i, o := range sc.owners {
 		st := resp.Statuses[o.desc]
