@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,9 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 
 	var httpSrv *http.Server
 	var httpLis net.Listener
+	// shuttingDown turns GET /healthz to 503 as soon as shutdown begins,
+	// while calls in flight finish.
+	var shuttingDown atomic.Bool
 	if o.HTTPAddr != "" {
 		httpLis, err = net.Listen("tcp", o.HTTPAddr)
 		if err != nil {
@@ -76,10 +80,8 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 			return fmt.Errorf("HTTP listener: %w", err)
 		}
 		mux := http.NewServeMux()
-		var healthy sync.Map
-		healthy.Store("ok", true)
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if ok, _ := healthy.Load("ok"); ok == true {
+			if !shuttingDown.Load() {
 				fmt.Fprintln(w, "OK")
 				return
 			}
@@ -88,7 +90,6 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 		mux.Handle("/json", svc.JSONHandler())
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		defer healthy.Store("ok", false)
 		go func() {
 			if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("HTTP server stopped", "error", err)
@@ -124,17 +125,20 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	}
 	log.Info("shutting down")
 	health.Shutdown() // every service NOT_SERVING
+	shuttingDown.Store(true)
+	// One grace period for both servers. The HTTP server keeps answering
+	// (/healthz with 503) while gRPC drains, then drains in what is left.
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+	defer cancel()
 	done := make(chan struct{})
 	go func() { grpcSrv.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(o.ShutdownGrace):
+	case <-sctx.Done():
 		grpcSrv.Stop()
 	}
-	if httpSrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
-		defer cancel()
-		_ = httpSrv.Shutdown(sctx)
+	if httpSrv != nil && httpSrv.Shutdown(sctx) != nil {
+		httpSrv.Close()
 	}
 	return nil
 }
