@@ -117,16 +117,14 @@ func load(c config) (*result, error) {
 						Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: c.key, Value: values[i%len(values)]}},
 					}},
 				}
-				cctx, ccancel := context.WithTimeout(ctx, c.timeout)
+				// Calls run to completion: the run's end only stops new ones.
+				cctx, ccancel := context.WithTimeout(context.Background(), c.timeout)
 				t0 := time.Now()
 				resp, err := client.ShouldRateLimit(cctx, req)
 				d := time.Since(t0)
 				ccancel()
 				switch {
 				case err != nil:
-					if ctx.Err() != nil {
-						continue // the run ended during the call
-					}
 					errs++
 					if firstErr == nil {
 						firstErr = err
