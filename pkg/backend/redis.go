@@ -412,8 +412,13 @@ func (r *Redis) Apply(ctx context.Context, items []Item, out []algorithms.Decisi
 		return true, nil
 	}
 	r.requests.Add(1)
+	// start is read before the script runs, so a denial remembered as
+	// lasting RetryAfter from start never outlives the true one, which
+	// counts from the script's later instant.
+	var start int64
 	if r.deny != nil {
-		if allowed, ok := r.fromDenyCache(items, out[:n]); ok {
+		start = r.denyClock.Now().UnixMicro()
+		if allowed, ok := r.fromDenyCache(start, items, out[:n]); ok {
 			r.localDenials.Add(1)
 			return allowed, nil
 		}
@@ -430,7 +435,7 @@ func (r *Redis) Apply(ctx context.Context, items []Item, out []algorithms.Decisi
 		}
 	}
 	if r.deny != nil {
-		r.rememberDenials(items, out[:n])
+		r.rememberDenials(start, items, out[:n])
 	}
 	return Verdict(items, out[:n]), nil
 }
@@ -773,10 +778,9 @@ type denial struct {
 	ttl       time.Duration // the entry's lifetime in the cache
 }
 
-// fromDenyCache answers the request from the local deny cache if every item
-// is a remembered denial (see Apply).
-func (r *Redis) fromDenyCache(items []Item, out []algorithms.Decision) (bool, bool) {
-	now := r.denyClock.Now().UnixMicro()
+// fromDenyCache answers the request from the local deny cache at instant
+// now (µs on denyClock) if every item is a remembered denial (see Apply).
+func (r *Redis) fromDenyCache(now int64, items []Item, out []algorithms.Decision) (bool, bool) {
 	for i := range items {
 		it := &items[i]
 		if it.Hits == 0 {
@@ -804,9 +808,10 @@ func (r *Redis) fromDenyCache(items []Item, out []algorithms.Decision) (bool, bo
 // deny cache. Only an item decided on the stored state counts: the first
 // of its key in the request (a later one saw the earlier ones' hits, which
 // a denied request does not charge). Denials that can never pass (Never)
-// are not remembered: they depend on the hits alone.
-func (r *Redis) rememberDenials(items []Item, out []algorithms.Decision) {
-	var now int64
+// are not remembered: they depend on the hits alone. now (µs on denyClock)
+// was read before the request was sent, so no earlier than the instant the
+// script decided at minus the time since.
+func (r *Redis) rememberDenials(now int64, items []Item, out []algorithms.Decision) {
 	for i := range items {
 		d := &out[i]
 		if d.Allowed || items[i].Hits == 0 || d.RetryAfter <= 0 || d.RetryAfter == algorithms.Never {
@@ -821,9 +826,6 @@ func (r *Redis) rememberDenials(items []Item, out []algorithms.Decision) {
 		}
 		if !first {
 			continue
-		}
-		if now == 0 {
-			now = r.denyClock.Now().UnixMicro()
 		}
 		resetAt := int64(math.MaxInt64)
 		if d.ResetAfter != algorithms.Never {
