@@ -210,9 +210,10 @@ func TestEnvironmentVariables(t *testing.T) {
 		"ENVOY_RLS_LOG_FORMAT=json",
 		"ENVOY_RLS_MAX_KEYS=1000",
 	})
-	if !strings.Contains(p.Logs(), `"msg":"envoy-rls serving"`) {
-		t.Fatalf("JSON log line missing:\n%s", p.Logs())
-	}
+	// /healthz answers before the line is logged and read from the pipe.
+	waitFor(t, 10*time.Second, "JSON log line", func() bool {
+		return strings.Contains(p.Logs(), `"msg":"envoy-rls serving"`)
+	})
 	code, _ := p.postJSON(t, `{"domain":"example","descriptors":[{"entries":[{"key":"path","value":"/x"}]}]}`)
 	if code != 200 {
 		t.Fatalf("HTTP %d", code)
