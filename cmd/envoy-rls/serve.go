@@ -39,6 +39,11 @@ func newLogger(o options, out io.Writer) *slog.Logger {
 // serve runs the service until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, o options, logOut io.Writer) error {
 	log := newLogger(o, logOut)
+	// Catch SIGHUP from the start: before the watcher runs, one would
+	// otherwise kill the process. The watcher reloads on it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := descriptors.Load(o.Config)
 	if err != nil {
 		return fmt.Errorf("loading config:\n%v", err)
@@ -107,7 +112,7 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 		svc.SetConfig(next)
 		log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
 	}
-	stopWatch := watchConfig(ctx, o, log, reload)
+	stopWatch := watchConfig(ctx, o, log, hup, reload)
 	defer stopWatch()
 
 	grpcErr := make(chan error, 1)
@@ -124,6 +129,16 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	// A second SIGINT or SIGTERM during the grace period exits at once.
+	force := make(chan os.Signal, 1)
+	signal.Notify(force, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(force)
+	go func() {
+		if _, ok := <-force; ok {
+			log.Warn("second signal: exiting without waiting for calls in flight")
+			os.Exit(1)
+		}
+	}()
 	health.Shutdown() // every service NOT_SERVING
 	shuttingDown.Store(true)
 	// One grace period for both servers. The HTTP server keeps answering
@@ -159,10 +174,8 @@ func newStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.S
 // file in the config's directory changes (writes, renames, and the symlink
 // swaps of a Kubernetes ConfigMap). Bursts of events are folded into one
 // reload. It returns a function that stops watching.
-func watchConfig(ctx context.Context, o options, log *slog.Logger, reload func(reason string)) func() {
+func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os.Signal, reload func(reason string)) func() {
 	ctx, cancel := context.WithCancel(ctx)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
 	var w *fsnotify.Watcher
@@ -217,7 +230,6 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, reload func(r
 	}()
 	return func() {
 		cancel()
-		signal.Stop(hup)
 		if w != nil {
 			w.Close()
 		}

@@ -17,9 +17,9 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 )
 
-// maxSlidingLogRequests bounds requests_per_unit for sliding_window_log,
+// MaxSlidingLogRequests bounds requests_per_unit for sliding_window_log,
 // whose state keeps one entry per request in the window.
-const maxSlidingLogRequests = 100000
+const MaxSlidingLogRequests = 100000
 
 // The fields each mapping of the format may hold.
 var (
@@ -376,8 +376,8 @@ func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
 	} else if v, ok := p.integer(f, "requests_per_unit", 0, math.MaxUint32); ok {
 		l.RequestsPerUnit = uint32(v)
 		l.Limit.Requests = uint64(v)
-		if alg == algorithms.SlidingWindowLog && v > maxSlidingLogRequests {
-			p.errorf(f.key.Line, "requests_per_unit must be at most %d for sliding_window_log, which keeps one entry per request, got %d", maxSlidingLogRequests, v)
+		if alg == algorithms.SlidingWindowLog && v > MaxSlidingLogRequests {
+			p.errorf(f.key.Line, "requests_per_unit must be at most %d for sliding_window_log, which keeps one entry per request, got %d", MaxSlidingLogRequests, v)
 		}
 	}
 

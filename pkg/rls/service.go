@@ -365,6 +365,12 @@ func (s *Service) plan(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 func overrideLimit(dom *descriptors.Domain, o *commonv3.RateLimitDescriptor_RateLimitOverride) *descriptors.RateLimit {
 	w, _ := overrideWindow(o) // validated
 	l := algorithms.Limit{Algorithm: dom.DefaultAlgorithm, Requests: uint64(o.RequestsPerUnit), Window: w}
+	if l.Algorithm == algorithms.SlidingWindowLog && l.Requests > descriptors.MaxSlidingLogRequests {
+		// The log keeps one entry per request: past the config's bound, an
+		// override counts with the sliding window counter instead, so a
+		// request cannot make one key's state grow without bound.
+		l.Algorithm = algorithms.SlidingWindowCounter
+	}
 	return &descriptors.RateLimit{
 		Unit:            unitName(o.Unit),
 		RequestsPerUnit: o.RequestsPerUnit,

@@ -576,3 +576,38 @@ func TestNegativeHitsAreCheckedWithoutCharging(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeOverrideDoesNotUseTheLog: a request override above the
+// sliding_window_log bound counts with the sliding window counter, so a
+// request cannot grow one key's log without bound.
+func TestLargeOverrideDoesNotUseTheLog(t *testing.T) {
+	h := start(t, `
+domain: log
+default_algorithm: sliding_window_log
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`, rls.Options{})
+	call := func(rpu uint32, hits uint64) *rlsv3.RateLimitResponse {
+		d := desc("k", "v")
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_HOUR}
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return h.call(t, "log", d)
+	}
+	small, big := uint32(1000), uint32(200_000)
+	if r := call(small, uint64(small)); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	if r := call(big, uint64(big)); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	// One hour later the log has forgotten everything; the counter still
+	// weighs the previous hour's hits (the hour began before base).
+	h.clock.Advance(time.Hour)
+	if r := call(small, 0); r.Statuses[0].LimitRemaining != small {
+		t.Fatalf("log-based override after an hour: %v", r)
+	}
+	if r := call(big, 0); r.Statuses[0].LimitRemaining >= big {
+		t.Fatalf("large override should count with the sliding counter: %v", r)
+	}
+}
