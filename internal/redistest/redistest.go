@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,6 +252,31 @@ func (s *Server) Running() bool {
 	default:
 		return true
 	}
+}
+
+// Pause freezes the server with SIGSTOP: it keeps its connections open but
+// answers nothing, like a hung Redis. Resume undoes it; the test's cleanup
+// resumes a paused server so it can be stopped.
+func (s *Server) Pause() {
+	s.tb.Helper()
+	s.signal(syscall.SIGSTOP)
+	s.tb.Cleanup(func() { s.signal(syscall.SIGCONT) })
+}
+
+// Resume continues a server frozen by Pause.
+func (s *Server) Resume() {
+	s.tb.Helper()
+	s.signal(syscall.SIGCONT)
+}
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		s.tb.Fatalf("redistest: signal %v to a server that is not running", sig)
+	}
+	_ = cmd.Process.Signal(sig)
 }
 
 // Stop kills the server (SIGKILL, like a crash) and waits until it has

@@ -1,0 +1,91 @@
+package rls_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
+)
+
+// TestHungBackendIsBoundedByTheEarlierDeadline freezes a real redis-server
+// (SIGSTOP: connections stay open, nothing answers) and checks that a call
+// returns by the earlier of the caller's deadline and the backend timeout,
+// answering by the failure mode.
+func TestHungBackendIsBoundedByTheEarlierDeadline(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg, err := descriptors.Parse("t.yaml", []byte(basicYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "hung")}}
+
+	// Warm the connection while Redis answers.
+	warm := rls.New(store, cfg, rls.Options{BackendTimeout: time.Second})
+	if r, err := warm.ShouldRateLimit(context.Background(), req); err != nil || r.Statuses[0].CurrentLimit == nil {
+		t.Fatalf("warm-up: %v %v", r, err)
+	}
+	srv.Pause()
+
+	const slack = 250 * time.Millisecond
+	for _, tc := range []struct {
+		name           string
+		backendTimeout time.Duration
+		callerDeadline time.Duration
+		mode           rls.FailureMode
+	}{
+		{"backend timeout first, fail open", 50 * time.Millisecond, 5 * time.Second, rls.FailOpen},
+		{"backend timeout first, fail closed", 50 * time.Millisecond, 5 * time.Second, rls.FailClosed},
+		{"caller deadline first", 5 * time.Second, 80 * time.Millisecond, rls.FailOpen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := rls.New(store, cfg, rls.Options{BackendTimeout: tc.backendTimeout, FailureMode: tc.mode})
+			ctx, cancel := context.WithTimeout(context.Background(), tc.callerDeadline)
+			defer cancel()
+			start := time.Now()
+			resp, err := svc.ShouldRateLimit(ctx, req)
+			took := time.Since(start)
+			if bound := min(tc.backendTimeout, tc.callerDeadline); took < bound || took > bound+slack {
+				t.Errorf("call took %v, want about %v", took, bound)
+			}
+			switch tc.mode {
+			case rls.FailOpen:
+				if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					t.Errorf("fail open: %v %v", resp, err)
+				}
+			case rls.FailClosed:
+				if status.Code(err) != codes.Unavailable {
+					t.Errorf("fail closed: %v %v", resp, err)
+				}
+			}
+		})
+	}
+	srv.Resume()
+	// Real decisions again (a fail-open answer has no reset time). The
+	// scripts sent before the freeze may still run when Redis resumes: a
+	// call that gave up cannot unsend them, so the count is not asserted.
+	waitOK := time.Now().Add(10 * time.Second)
+	for {
+		r, err := warm.ShouldRateLimit(context.Background(), req)
+		if err == nil && r.Statuses[0].DurationUntilReset != nil {
+			break
+		}
+		if time.Now().After(waitOK) {
+			t.Fatalf("after Resume: %v %v", r, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
