@@ -23,12 +23,14 @@ type options struct {
 	LogLevel    string
 	LogFormat   string
 
-	Backend        string
-	MaxKeys        int
-	FailureMode    string
-	BackendTimeout time.Duration
-	KeyPrefix      string
-	ShutdownGrace  time.Duration
+	Backend         string
+	MaxKeys         int
+	FailureMode     string
+	BackendTimeout  time.Duration
+	KeyPrefix       string
+	ShutdownGrace   time.Duration
+	ShadowMode      bool
+	ResponseHeaders bool
 
 	RedisURL            string
 	RedisSentinel       string
@@ -105,6 +107,8 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", 10*time.Millisecond, "longest wait for the backend per request (the caller's deadline applies when earlier)")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
+	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
+	fs.BoolVar(&o.ResponseHeaders, "response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset for the most restrictive descriptor")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
 	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")

@@ -61,10 +61,12 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 
 	mode, _ := rls.ParseFailureMode(o.FailureMode) // validated
 	svc := rls.New(store, cfg, rls.Options{
-		FailureMode:    mode,
-		BackendTimeout: o.BackendTimeout,
-		Logger:         log,
-		Metrics:        metrics,
+		FailureMode:     mode,
+		BackendTimeout:  o.BackendTimeout,
+		ShadowMode:      o.ShadowMode,
+		ResponseHeaders: o.ResponseHeaders,
+		Logger:          log,
+		Metrics:         metrics,
 	})
 
 	grpcLis, err := net.Listen("tcp", o.GRPCAddr)

@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -85,6 +87,16 @@ type Options struct {
 	// LogInterval is the least time between two log lines about backend
 	// failures; the lines count what they summarise. Default 10s.
 	LogInterval time.Duration
+	// ShadowMode answers OK overall whatever the limits decide (like the
+	// reference server's SHADOW_MODE): descriptor statuses still say
+	// OVER_LIMIT, metrics count the decisions, and nothing of a request
+	// that the limits deny is charged. For trying a config in production.
+	ShadowMode bool
+	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset (whole seconds, rounded up) to the response for the
+	// most restrictive descriptor, like the reference server's
+	// LIMIT_RESPONSE_HEADERS_ENABLED.
+	ResponseHeaders bool
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -199,6 +211,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	code := "ok"
 	if !allowed {
 		code = "over_limit"
+		if s.opts.ShadowMode {
+			code = "shadow_over_limit"
+			resp.OverallCode = rlsv3.RateLimitResponse_OK
+		}
 	}
 	s.opts.Metrics.request(label, code, start)
 	return resp, nil
@@ -483,12 +499,50 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 			meta = mergeMetadata(meta, p.node.Metadata)
 		}
 	}
+	if s.opts.ResponseHeaders {
+		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
+	}
 	if meta != nil {
 		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 			"metadata": structpb.NewStructValue(meta),
 		}}
 	}
 	return resp
+}
+
+// rateLimitHeaders describes the most restrictive status with a limit: an
+// OVER_LIMIT one (the longest wait) if any, else the one with the least
+// remaining. It returns nil when no status has a limit.
+func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	var best *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		switch {
+		case best == nil:
+			best = st
+		case (st.Code == rlsv3.RateLimitResponse_OVER_LIMIT) != (best.Code == rlsv3.RateLimitResponse_OVER_LIMIT):
+			if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				best = st
+			}
+		case st.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
+			if st.DurationUntilReset.AsDuration() > best.DurationUntilReset.AsDuration() {
+				best = st
+			}
+		case st.LimitRemaining < best.LimitRemaining:
+			best = st
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	reset := (best.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second
+	return []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(best.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(best.LimitRemaining), 10)},
+		{Key: "RateLimit-Reset", Value: strconv.FormatInt(int64(reset), 10)},
+	}
 }
 
 // moreRestrictive reports whether decision a (denied when aDenied) binds

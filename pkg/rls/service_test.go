@@ -611,3 +611,46 @@ descriptors:
 		t.Fatalf("large override should count with the sliding counter: %v", r)
 	}
 }
+
+func TestGlobalShadowMode(t *testing.T) {
+	h := start(t, basicYAML, rls.Options{ShadowMode: true})
+	for i := 0; i < 3; i++ {
+		h.call(t, "d", desc("user", "s"))
+	}
+	r := h.call(t, "d", desc("user", "s"))
+	if r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("global shadow mode: %v", r)
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	h := start(t, featuresYAML, rls.Options{ResponseHeaders: true})
+	headers := func(r *rlsv3.RateLimitResponse) map[string]string {
+		m := map[string]string{}
+		for _, hv := range r.ResponseHeadersToAdd {
+			m[hv.Key] = hv.Value
+		}
+		return m
+	}
+	// small (1/min) and big (10/min): small binds, 0 left, 50 s to reset.
+	r := h.call(t, "f", desc("big", "h"), desc("small", "h"))
+	got := headers(r)
+	if got["RateLimit-Limit"] != "1" || got["RateLimit-Remaining"] != "0" || got["RateLimit-Reset"] != "50" {
+		t.Fatalf("headers %v", got)
+	}
+	// Denied: the denying descriptor is described.
+	r = h.call(t, "f", desc("big", "h"), desc("small", "h"))
+	got = headers(r)
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || got["RateLimit-Limit"] != "1" || got["RateLimit-Reset"] != "50" {
+		t.Fatalf("denied headers %v", got)
+	}
+	// No limit applies: no headers.
+	if r := h.call(t, "f", desc("nothing", "x")); len(r.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("headers without a limit: %v", r.ResponseHeadersToAdd)
+	}
+	// Off by default.
+	h2 := start(t, featuresYAML, rls.Options{})
+	if r := h2.call(t, "f", desc("big", "h")); len(r.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("headers while off: %v", r.ResponseHeadersToAdd)
+	}
+}
