@@ -208,14 +208,15 @@ type scratch struct {
 }
 
 // Apply implements Store. See Memory for its guarantees. It returns
-// ErrClosed after Close, ctx.Err() when ctx is already done, and an error
-// when out is shorter than items.
-func (m *Memory) Apply(ctx context.Context, items []Item, out []algorithms.Decision) (bool, error) {
+// ErrClosed after Close and an error when out is shorter than items.
+//
+// Apply ignores ctx: it decides in microseconds and never waits on I/O, so
+// it always answers. Failing on a deadline that passed while the goroutine
+// waited for a CPU would only turn into a fail-open answer upstream, and
+// allow more than the limit on a busy machine.
+func (m *Memory) Apply(_ context.Context, items []Item, out []algorithms.Decision) (bool, error) {
 	if m.closed.Load() {
 		return false, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
 	}
 	n := len(items)
 	if len(out) < n {
