@@ -449,10 +449,8 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 
 // respond builds the response from the decisions.
 func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sc.plans)),
-	}
+	a := newResponse(len(sc.plans))
+	resp := a.resp
 	if !allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -460,8 +458,7 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 	it := 0
 	for i := range sc.plans {
 		p := &sc.plans[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
+		st := resp.Statuses[i]
 		if p.unlimited {
 			// As the reference: no current_limit, the most a uint32 holds.
 			st.LimitRemaining = math.MaxUint32
@@ -483,7 +480,8 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 			continue // no limit applies: allowed
 		}
 		d := &sc.decisions[best]
-		st.CurrentLimit = currentLimit(sc.owners[best].limit)
+		st.CurrentLimit = a.limits[i]
+		fillLimit(st.CurrentLimit, sc.owners[best].limit)
 		st.LimitRemaining = clamp32(d.Remaining)
 		wait := d.ResetAfter
 		if bestDenied {
@@ -494,7 +492,9 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 				wait = sc.items[best].Limit.Window
 			}
 		}
-		st.DurationUntilReset = durationpb.New(wait)
+		st.DurationUntilReset = a.durations[i]
+		st.DurationUntilReset.Seconds = int64(wait / time.Second)
+		st.DurationUntilReset.Nanos = int32(wait % time.Second)
 		if st.Code == rlsv3.RateLimitResponse_OK && p.node != nil && p.node.Metadata != nil {
 			meta = mergeMetadata(meta, p.node.Metadata)
 		}
@@ -578,24 +578,75 @@ func mergeMetadata(dst, src *structpb.Struct) *structpb.Struct {
 // failOpenResponse answers OK for every descriptor when the store failed and
 // the failure mode is allow: the limits are named, nothing else is known.
 func failOpenResponse(sc *scratch) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(sc.plans)),
-	}
+	a := newResponse(len(sc.plans))
 	for i := range sc.plans {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		if sc.plans[i].unlimited {
-			st.LimitRemaining = math.MaxUint32 // as when the store answers
-		}
-		resp.Statuses[i] = st
-	}
-	for i, o := range sc.owners {
-		st := resp.Statuses[o.desc]
-		if st.CurrentLimit == nil {
-			st.CurrentLimit = currentLimit(sc.owners[i].limit)
+			a.resp.Statuses[i].LimitRemaining = math.MaxUint32 // as when the store answers
 		}
 	}
-	return resp
+	for _, o := range sc.owners {
+		if st := a.resp.Statuses[o.desc]; st.CurrentLimit == nil {
+			st.CurrentLimit = a.limits[o.desc]
+			fillLimit(st.CurrentLimit, o.limit)
+		}
+	}
+	return a.resp
+}
+
+// inlineStatuses is how many descriptor statuses a response holds in the
+// one allocation of its arena. One is the common case; a larger arena
+// costs more to zero and scan than the allocations it saves.
+const inlineStatuses = 1
+
+// response is a response with room for its statuses, their current limits
+// and their durations, allocated together: one allocation instead of four
+// per descriptor. Parts a response does not use stay unreferenced.
+type response struct {
+	resp      *rlsv3.RateLimitResponse
+	limits    []*rlsv3.RateLimitResponse_RateLimit
+	durations []*durationpb.Duration
+}
+
+type responseArena struct {
+	resp      rlsv3.RateLimitResponse
+	statusPtr [inlineStatuses]*rlsv3.RateLimitResponse_DescriptorStatus
+	statuses  [inlineStatuses]rlsv3.RateLimitResponse_DescriptorStatus
+	limitPtr  [inlineStatuses]*rlsv3.RateLimitResponse_RateLimit
+	limits    [inlineStatuses]rlsv3.RateLimitResponse_RateLimit
+	durPtr    [inlineStatuses]*durationpb.Duration
+	durations [inlineStatuses]durationpb.Duration
+}
+
+// newResponse returns an OK response with n OK statuses, and n current
+// limits and durations ready to be filled and attached.
+func newResponse(n int) response {
+	if n <= inlineStatuses {
+		a := new(responseArena)
+		for i := 0; i < n; i++ {
+			a.statuses[i].Code = rlsv3.RateLimitResponse_OK
+			a.statusPtr[i] = &a.statuses[i]
+			a.limitPtr[i] = &a.limits[i]
+			a.durPtr[i] = &a.durations[i]
+		}
+		a.resp.OverallCode = rlsv3.RateLimitResponse_OK
+		a.resp.Statuses = a.statusPtr[:n:n]
+		return response{resp: &a.resp, limits: a.limitPtr[:n], durations: a.durPtr[:n]}
+	}
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	limits := make([]rlsv3.RateLimitResponse_RateLimit, n)
+	durations := make([]durationpb.Duration, n)
+	r := response{
+		resp:      &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)},
+		limits:    make([]*rlsv3.RateLimitResponse_RateLimit, n),
+		durations: make([]*durationpb.Duration, n),
+	}
+	for i := 0; i < n; i++ {
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+		r.resp.Statuses[i] = &statuses[i]
+		r.limits[i] = &limits[i]
+		r.durations[i] = &durations[i]
+	}
+	return r
 }
 
 var protoUnits = []struct {
@@ -611,14 +662,14 @@ var protoUnits = []struct {
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
 }
 
-// currentLimit describes a limit in Envoy's terms. A window equal to a unit
+// fillLimit describes a limit in Envoy's terms. A window equal to a unit
 // is that unit; a window that is a whole multiple of a unit is the largest
 // such unit with unit_multiplier set (90s is 90 x SECOND, 2h is 2 x HOUR); a
 // window that is no whole number of seconds is reported as the equivalent
 // rate per SECOND, rounded down (at least 1 for a non-zero limit). For
 // token_bucket and gcra requests_per_unit is the refill rate.
-func currentLimit(l *descriptors.RateLimit) *rlsv3.RateLimitResponse_RateLimit {
-	cl := &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit}
+func fillLimit(cl *rlsv3.RateLimitResponse_RateLimit, l *descriptors.RateLimit) {
+	cl.Name, cl.RequestsPerUnit = l.Name, l.RequestsPerUnit
 	w := l.Limit.Window
 	for _, u := range protoUnits {
 		if w%u.d == 0 {
@@ -626,7 +677,7 @@ func currentLimit(l *descriptors.RateLimit) *rlsv3.RateLimitResponse_RateLimit {
 			if m := w / u.d; m != 1 {
 				cl.UnitMultiplier = wrapperspb.UInt32(uint32(min(m, math.MaxUint32)))
 			}
-			return cl
+			return
 		}
 	}
 	cl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
@@ -635,7 +686,6 @@ func currentLimit(l *descriptors.RateLimit) *rlsv3.RateLimitResponse_RateLimit {
 	if cl.RequestsPerUnit == 0 && l.Limit.Requests > 0 {
 		cl.RequestsPerUnit = 1
 	}
-	return cl
 }
 
 func clamp32(v uint64) uint32 {
