@@ -81,7 +81,7 @@ func (f TLSFiles) generate() error {
 		return err
 	}
 	leaves := []struct {
-		tmpl           *x509.Certificate
+		tmpl          *x509.Certificate
 		cert, keyFile string
 	}{
 		{&x509.Certificate{
