@@ -43,6 +43,12 @@ type options struct {
 	RedisBatchWindow    time.Duration
 	RedisBatchSize      int
 	LocalDenyCache      bool
+
+	RedisTLSCAFile             string
+	RedisTLSCertFile           string
+	RedisTLSKeyFile            string
+	RedisTLSServerName         string
+	RedisTLSInsecureSkipVerify bool
 }
 
 // envName is the environment variable of a flag.
@@ -120,6 +126,11 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.RedisBatchWindow, "redis-batch-window", 0, "collect concurrent requests for up to this long and send them as one pipeline (0: send as soon as the connection is free)")
 	fs.IntVar(&o.RedisBatchSize, "redis-batch-size", 64, "most requests in one pipeline")
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
+	fs.StringVar(&o.RedisTLSCAFile, "redis-tls-ca-file", "", "PEM CA bundle that verifies the Redis servers' certificates instead of the system roots; turns TLS on")
+	fs.StringVar(&o.RedisTLSCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis (mTLS), with --redis-tls-key-file; turns TLS on")
+	fs.StringVar(&o.RedisTLSKeyFile, "redis-tls-key-file", "", "PEM private key of --redis-tls-cert-file")
+	fs.StringVar(&o.RedisTLSServerName, "redis-tls-server-name", "", "name verified in the Redis servers' certificates (default: the --redis-url host, else each dialed host); turns TLS on")
+	fs.BoolVar(&o.RedisTLSInsecureSkipVerify, "redis-tls-insecure-skip-verify", false, "do not verify the Redis servers' certificates (for testing only); turns TLS on")
 	if err := parseWithEnv(fs, args); err != nil {
 		return o, err
 	}
@@ -166,6 +177,7 @@ func (o options) validate() error {
 		if (o.RedisSentinel != "") != (o.RedisSentinelMaster != "") {
 			errs = append(errs, errors.New("--redis-sentinel and --redis-sentinel-master go together"))
 		}
+		errs = append(errs, o.validateRedisTLS()...)
 		if o.RedisBatchSize < 1 {
 			errs = append(errs, errors.New("--redis-batch-size must be at least 1"))
 		}

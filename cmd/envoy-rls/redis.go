@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -15,6 +16,10 @@ import (
 // connect: the service starts while Redis is down and the store reconnects
 // by itself.
 func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.Store, error) {
+	tlsConf, err := redisTLSConfig(o)
+	if err != nil {
+		return nil, err
+	}
 	ro := backend.RedisOptions{
 		URL:            o.RedisURL,
 		SentinelAddrs:  splitList(o.RedisSentinel),
@@ -28,6 +33,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		BatchWindow:    o.RedisBatchWindow,
 		BatchSize:      o.RedisBatchSize,
 		LocalDenyCache: o.LocalDenyCache,
+		TLS:            tlsConf,
 	}
 	// go-redis logs connection trouble on its own; route it to our logger at
 	// debug level, since every failure that matters to a call is already
@@ -44,7 +50,17 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	case o.RedisCluster != "":
 		mode = "cluster"
 	}
-	log.Info("redis backend", "mode", mode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "local_deny_cache", o.LocalDenyCache)
+	tlsMode := "off"
+	switch {
+	case tlsConf != nil && tlsConf.InsecureSkipVerify:
+		tlsMode = "unverified"
+		log.Warn("redis TLS certificates are not verified (--redis-tls-insecure-skip-verify): for testing only")
+	case tlsConf != nil && len(tlsConf.Certificates) > 0:
+		tlsMode = "mutual"
+	case tlsConf != nil || strings.HasPrefix(strings.ToLower(o.RedisURL), "rediss:"):
+		tlsMode = "on"
+	}
+	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "local_deny_cache", o.LocalDenyCache)
 	stat := func(name, help string, f func(backend.RedisStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(r.Stats())) })
