@@ -12,6 +12,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,12 +39,14 @@ const pollInterval = 5 * time.Millisecond
 // Server is one redis-server process on 127.0.0.1. Its methods are safe for
 // concurrent use.
 type Server struct {
-	tb     testing.TB
-	bin    string
-	dir    string
-	port   int
-	conf   string // config file, for a Sentinel
-	extra  []string
+	tb    testing.TB
+	bin   string
+	dir   string
+	port  int
+	conf  string // config file, for a Sentinel
+	extra []string
+	tls   *tls.Config // client TLS configuration of a TLS-only server
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
@@ -63,9 +66,21 @@ func start(tb testing.TB, extra []string, cluster bool) *Server {
 	return startConf(tb, "", nil, extra, cluster)
 }
 
+// startTLS starts a TLS-only server with extra arguments (the certificate
+// files); client is the TLS configuration a client needs to reach it.
+func startTLS(tb testing.TB, extra []string, client *tls.Config) *Server {
+	tb.Helper()
+	return startServer(tb, "", nil, extra, false, client)
+}
+
 // startConf starts a server; when conf is set, it writes the config file
 // made by conf(port) into the server's directory and passes it first.
 func startConf(tb testing.TB, name string, conf func(port int) string, extra []string, cluster bool) *Server {
+	tb.Helper()
+	return startServer(tb, name, conf, extra, cluster, nil)
+}
+
+func startServer(tb testing.TB, name string, conf func(port int) string, extra []string, cluster bool, client *tls.Config) *Server {
 	tb.Helper()
 	bin := Binary(tb)
 	dir := tb.TempDir()
@@ -76,7 +91,7 @@ func startConf(tb testing.TB, name string, conf func(port int) string, extra []s
 			lastErr = err
 			continue
 		}
-		s := &Server{tb: tb, bin: bin, dir: dir, port: port, extra: extra}
+		s := &Server{tb: tb, bin: bin, dir: dir, port: port, extra: extra, tls: client}
 		if conf != nil {
 			s.conf = filepath.Join(dir, name)
 			if err := os.WriteFile(s.conf, []byte(conf(port)), 0o644); err != nil {
@@ -152,8 +167,12 @@ func (s *Server) launch() error {
 	if s.conf != "" {
 		args = append(args, s.conf) // a config file comes first
 	}
+	if s.tls != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.port))
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.port))
+	}
 	args = append(args,
-		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
 		"--save", "",
@@ -190,7 +209,7 @@ func (s *Server) launch() error {
 // waitPing polls PING until it succeeds, the process exits or startTimeout
 // passes.
 func (s *Server) waitPing(exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.tls, MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1})
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -229,12 +248,23 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // Port returns the server's TCP port.
 func (s *Server) Port() int { return s.port }
 
-// URL returns the server's redis:// URL (database 0).
-func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+// URL returns the server's redis:// URL (database 0), rediss:// for a TLS
+// server.
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr() + "/0"
+	}
+	return "redis://" + s.Addr() + "/0"
+}
 
-// Client returns a go-redis client of the server, closed when the test ends.
+// Client returns a go-redis client of the server (over TLS with the client
+// certificate for a TLS server), closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	var conf *tls.Config
+	if s.tls != nil {
+		conf = s.tls.Clone()
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: conf})
 	s.tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -1,8 +1,6 @@
 package redistest
 
 import (
-	"bytes"
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,18 +9,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // TLSFiles are the PEM files of a small test PKI made by NewTLSFiles: a CA,
@@ -157,11 +149,11 @@ func (f TLSFiles) ClientConfig(tb testing.TB) *tls.Config {
 
 // TLSServer is a standalone redis-server on 127.0.0.1 that accepts only TLS
 // connections (no plain port) and requires a client certificate signed by
-// its CA. Its methods are safe for concurrent use.
+// its CA. Its Server's URL is rediss:// and its Client speaks TLS with the
+// client certificate. Its methods are safe for concurrent use.
 type TLSServer struct {
-	srv   *Server
+	*Server
 	files TLSFiles
-	conf  *tls.Config // client configuration
 }
 
 // StartTLS generates a test PKI (see NewTLSFiles) and starts a redis-server
@@ -172,123 +164,18 @@ type TLSServer struct {
 func StartTLS(tb testing.TB) (*TLSServer, TLSFiles) {
 	tb.Helper()
 	files := NewTLSFiles(tb)
-	s := &TLSServer{files: files, conf: files.ClientConfig(tb)}
-	bin := Binary(tb)
-	dir := tb.TempDir()
-	var lastErr error
-	for attempt := 0; attempt < 20; attempt++ {
-		port, err := freePort(false)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		s.srv = &Server{tb: tb, bin: bin, dir: dir, port: port}
-		if err := s.launch(); err != nil {
-			// Most likely the port was taken meanwhile: try another one.
-			lastErr = err
-			continue
-		}
-		tb.Cleanup(s.srv.Stop)
-		return s, files
-	}
-	tb.Fatalf("redistest: cannot start a TLS redis-server: %v", lastErr)
-	return nil, files
-}
-
-// launch starts the process with TLS only and waits until it answers PING
-// over TLS.
-func (s *TLSServer) launch() error {
-	srv := s.srv
-	args := []string{
-		"--port", "0",
-		"--tls-port", strconv.Itoa(srv.port),
-		"--tls-cert-file", s.files.ServerCert,
-		"--tls-key-file", s.files.ServerKey,
-		"--tls-ca-cert-file", s.files.CA,
+	srv := startTLS(tb, []string{
+		"--tls-cert-file", files.ServerCert,
+		"--tls-key-file", files.ServerKey,
+		"--tls-ca-cert-file", files.CA,
 		"--tls-auth-clients", "yes",
-		"--bind", "127.0.0.1",
-		"--dir", srv.dir,
-		"--save", "",
-		"--appendonly", "no",
-		"--daemonize", "no",
-		"--logfile", filepath.Join(srv.dir, "redis.log"),
-	}
-	cmd := exec.Command(srv.bin, args...)
-	cmd.Dir = srv.dir
-	setDeathSignal(cmd)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", srv.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	srv.mu.Lock()
-	srv.cmd, srv.exited = cmd, exited
-	srv.mu.Unlock()
-
-	if err := s.waitPing(exited); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("TLS redis-server on port %d: %w\n%s%s", srv.port, err, out.String(), srv.logTail())
-	}
-	return nil
+	}, files.ClientConfig(tb))
+	return &TLSServer{Server: srv, files: files}, files
 }
-
-// waitPing polls PING over TLS until it succeeds, the process exits or
-// startTimeout passes.
-func (s *TLSServer) waitPing(exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.conf, MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1})
-	defer c.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited during start-up")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer to PING over TLS within %v: %w", startTimeout, err)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
-// Addr returns the server's TLS address, "127.0.0.1:port".
-func (s *TLSServer) Addr() string { return s.srv.Addr() }
-
-// Port returns the server's TLS port.
-func (s *TLSServer) Port() int { return s.srv.Port() }
-
-// URL returns the server's rediss:// URL (database 0).
-func (s *TLSServer) URL() string { return "rediss://" + s.Addr() + "/0" }
 
 // Files returns the server's PKI files.
 func (s *TLSServer) Files() TLSFiles { return s.files }
 
 // ClientTLS returns a client TLS configuration that the server accepts: it
 // trusts the CA and presents the client certificate.
-func (s *TLSServer) ClientTLS() *tls.Config { return s.conf.Clone() }
-
-// Client returns a go-redis client of the server over TLS with the client
-// certificate, closed when the test ends.
-func (s *TLSServer) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.ClientTLS()})
-	s.srv.tb.Cleanup(func() { c.Close() })
-	return c
-}
-
-// Running reports whether the process is running.
-func (s *TLSServer) Running() bool { return s.srv.Running() }
-
-// Stop kills the server (SIGKILL) and waits until it has exited.
-func (s *TLSServer) Stop() { s.srv.Stop() }
+func (s *TLSServer) ClientTLS() *tls.Config { return s.tls.Clone() }
