@@ -165,61 +165,23 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 	}
 	baseAllow, baseDeny := goroutines(t, allow), goroutines(t, deny)
 
-	// Load on both instances for the whole test.
-	type sample struct {
-		deny    bool
-		err     error
-		code    rlsv3.RateLimitResponse_Code
-		latency time.Duration
-		at      time.Time
-	}
-	var mu sync.Mutex
-	var samples []sample
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	// Load on both instances for the whole test: even callers on allow,
+	// odd ones on deny.
 	const callDeadline = 1 * time.Second
-	for c := 0; c < 16; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			p := allow
-			if c%2 == 1 {
-				p = deny
-			}
-			client := p.client()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-				t0 := time.Now()
-				r, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "exact", Descriptors: []*commonv3.RateLimitDescriptor{
-					descriptor("token_bucket", fmt.Sprintf("c%d-%d", c, i%50)),
-				}})
-				cancel()
-				s := sample{deny: p == deny, err: err, latency: time.Since(t0), at: t0}
-				if r != nil {
-					s.code = r.OverallCode
-				}
-				mu.Lock()
-				samples = append(samples, s)
-				mu.Unlock()
-			}
-		}(c)
-	}
-	countSince := func(from time.Time, pred func(sample) bool) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, s := range samples {
-			if !s.at.Before(from) && pred(s) {
-				n++
-			}
+	procOf := func(c int) *proc {
+		if c%2 == 1 {
+			return deny
 		}
-		return n
+		return allow
 	}
+	ld := startLoad(16, callDeadline, func(c int) rlsv3.RateLimitServiceClient { return procOf(c).client() },
+		func(c, i int) *rlsv3.RateLimitRequest {
+			return &rlsv3.RateLimitRequest{Domain: "exact", Descriptors: []*commonv3.RateLimitDescriptor{
+				descriptor("token_bucket", fmt.Sprintf("c%d-%d", c, i%50)),
+			}}
+		})
+	isDeny := func(s sample) bool { return s.client%2 == 1 }
+	countSince := ld.count
 	waitFor(t, 10*time.Second, "load before the failure", func() bool {
 		return countSince(time.Time{}, func(s sample) bool { return s.err == nil }) > 100
 	})
@@ -228,37 +190,34 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 	down := time.Now()
 	// While Redis is down: deny answers UNAVAILABLE, allow answers OK.
 	waitFor(t, 10*time.Second, "failure policy while Redis is down", func() bool {
-		unavailable := countSince(down, func(s sample) bool { return s.deny && status.Code(s.err) == codes.Unavailable })
+		unavailable := countSince(down, func(s sample) bool { return isDeny(s) && status.Code(s.err) == codes.Unavailable })
 		openOK := countSince(down, func(s sample) bool {
-			return !s.deny && s.err == nil && s.code == rlsv3.RateLimitResponse_OK
+			return !isDeny(s) && s.err == nil && s.code == rlsv3.RateLimitResponse_OK
 		})
 		return unavailable >= 20 && openOK >= 20
 	})
-	if n := countSince(down, func(s sample) bool { return !s.deny && s.err != nil }); n > 0 {
+	if n := countSince(down, func(s sample) bool { return !isDeny(s) && s.err != nil }); n > 0 {
 		t.Errorf("fail-open instance returned %d errors while Redis was down", n)
 	}
 
 	srv.Restart()
 	up := time.Now()
 	waitFor(t, 15*time.Second, "normal answers after Redis returns", func() bool {
-		ok := countSince(up, func(s sample) bool { return s.deny && s.err == nil && s.code == rlsv3.RateLimitResponse_OK })
+		ok := countSince(up, func(s sample) bool { return isDeny(s) && s.err == nil && s.code == rlsv3.RateLimitResponse_OK })
 		return ok >= 20
 	})
-	close(stop)
-	wg.Wait()
+	ld.stop()
 
 	// No call was held past its deadline: each is bounded by
 	// --backend-timeout plus scheduling slack on a busy machine.
-	mu.Lock()
 	var worst time.Duration
-	for _, s := range samples {
+	for _, s := range ld.all() {
 		worst = max(worst, s.latency)
 		if status.Code(s.err) == codes.DeadlineExceeded {
 			t.Errorf("a call ran into its %v deadline (latency %v)", callDeadline, s.latency)
 			break
 		}
 	}
-	mu.Unlock()
 	if limit := backendTimeout + 700*time.Millisecond; worst > limit {
 		t.Errorf("slowest call took %v, more than --backend-timeout %v plus slack", worst, backendTimeout)
 	}

@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,52 +63,10 @@ func TestRedisSentinelFailover(t *testing.T) {
 
 	// Load for the whole failover: each call a fresh key (never over its
 	// limit), so every answer is OK or, without a master, UNAVAILABLE.
-	type sample struct {
-		err     error
-		code    rlsv3.RateLimitResponse_Code
-		latency time.Duration
-		at      time.Time
-	}
-	var mu sync.Mutex
-	var samples []sample
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	const callDeadline = 2 * time.Second
-	for c := 0; c < 4; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-				t0 := time.Now()
-				r, err := client.ShouldRateLimit(ctx, req(fmt.Sprintf("load-%d-%d", c, i)))
-				cancel()
-				s := sample{err: err, latency: time.Since(t0), at: t0}
-				if r != nil {
-					s.code = r.OverallCode
-				}
-				mu.Lock()
-				samples = append(samples, s)
-				mu.Unlock()
-			}
-		}(c)
-	}
-	count := func(from time.Time, pred func(sample) bool) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, s := range samples {
-			if !s.at.Before(from) && pred(s) {
-				n++
-			}
-		}
-		return n
-	}
+	ld := startLoad(4, callDeadline, func(int) rlsv3.RateLimitServiceClient { return client },
+		func(c, i int) *rlsv3.RateLimitRequest { return req(fmt.Sprintf("load-%d-%d", c, i)) })
+	count := ld.count
 	ok := func(s sample) bool { return s.err == nil && s.code == rlsv3.RateLimitResponse_OK }
 	unavailable := func(s sample) bool { return status.Code(s.err) == codes.Unavailable }
 	waitFor(t, 10*time.Second, "answers before the failure", func() bool {
@@ -127,8 +83,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	waitFor(t, 10*time.Second, "OK answers through the promoted replica", func() bool {
 		return count(promoted, ok) >= 20
 	})
-	close(stop)
-	wg.Wait()
+	ld.stop()
 
 	select {
 	case <-p.exited:
@@ -139,7 +94,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	// Every answer was OK or UNAVAILABLE, and none was held to its
 	// deadline: a call without a master is bounded by --backend-timeout
 	// plus scheduling slack on a busy machine.
-	mu.Lock()
+	samples := ld.all()
 	var worst time.Duration
 	for _, s := range samples {
 		worst = max(worst, s.latency)
@@ -154,7 +109,6 @@ func TestRedisSentinelFailover(t *testing.T) {
 			back = s.at
 		}
 	}
-	mu.Unlock()
 	if limit := backendTimeout + 800*time.Millisecond; worst > limit {
 		t.Errorf("slowest call took %v, more than --backend-timeout %v plus slack", worst, backendTimeout)
 	}
