@@ -92,6 +92,12 @@ func (p *parser) document(data []byte) *Domain {
 	case !errors.Is(err, io.EOF):
 		p.yamlError(err)
 	}
+	if n := expandedSize(&doc, map[*yaml.Node]int{}); n > maxExpandedNodes {
+		// Aliases can make a small file stand for an enormous tree (the
+		// "billion laughs"): refuse it before walking it.
+		p.errorf(doc.Line, "aliases expand the document to more than %d nodes", maxExpandedNodes)
+		return nil
+	}
 	root := resolve(doc.Content[0])
 	if isNull(root) {
 		p.errorf(0, "config is empty")
@@ -126,6 +132,33 @@ func (p *parser) document(data []byte) *Domain {
 		d.root = tree
 	}
 	return d
+}
+
+// maxExpandedNodes bounds the size of a document with its aliases
+// expanded. Real configs stay far below it.
+const maxExpandedNodes = 1_000_000
+
+// expandedSize returns the number of nodes of n with every alias expanded,
+// or a number above maxExpandedNodes once it passes that bound. It visits
+// each node once (memo), so a small document cannot make it slow.
+func expandedSize(n *yaml.Node, memo map[*yaml.Node]int) int {
+	if v, ok := memo[n]; ok {
+		return v
+	}
+	memo[n] = maxExpandedNodes + 1 // a cycle counts as too large
+	size := 1
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		size += expandedSize(n.Alias, memo)
+	}
+	for _, c := range n.Content {
+		if size > maxExpandedNodes {
+			break
+		}
+		size += expandedSize(c, memo)
+	}
+	size = min(size, maxExpandedNodes+1)
+	memo[n] = size
+	return size
 }
 
 // field is one key of a mapping and its value. val is nil when the key is
