@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -52,15 +54,23 @@ func (s *Service) JSONHandler() http.Handler {
 			http.Error(w, status.Convert(err).Message(), code)
 			return
 		}
-		out, err := protojson.MarshalOptions{UseProtoNames: false}.Marshal(resp)
+		out, err := protojson.Marshal(resp)
 		if err != nil {
 			http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
+		// protojson varies its whitespace on purpose; compact it so the
+		// output is the same every time (for people and scripts alike).
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, out); err != nil {
+			http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		compact.WriteByte('\n')
 		w.Header().Set("Content-Type", "application/json")
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
-		_, _ = w.Write(append(out, '\n'))
+		_, _ = w.Write(compact.Bytes())
 	})
 }

@@ -511,6 +511,10 @@ func TestJSONEndpoint(t *testing.T) {
 		if err := protojson.Unmarshal([]byte(body), &r); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("body %s: %v", body, err)
 		}
+		// Stable, compact output (protojson alone varies its spacing).
+		if !strings.HasPrefix(body, `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":3,"unit":"MINUTE"},`) {
+			t.Fatalf("body not compact: %s", body)
+		}
 	}
 	if code, body := post(req); code != http.StatusTooManyRequests || !strings.Contains(body, "OVER_LIMIT") {
 		t.Fatalf("4th: %d %s", code, body)
