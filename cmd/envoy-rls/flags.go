@@ -108,7 +108,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.Backend, "backend", "memory", "memory (embedded, bounded) or redis")
-	fs.IntVar(&o.MaxKeys, "max-keys", 1_000_000, "memory backend: most counter keys held; the least used is evicted beyond it")
+	fs.IntVar(&o.MaxKeys, "max-keys", 1_000_000, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
 	fs.StringVar(&o.FailureMode, "failure-mode", "allow", "when the backend fails: allow (answer OK) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", 10*time.Millisecond, "longest wait for the backend per request (the caller's deadline applies when earlier)")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")

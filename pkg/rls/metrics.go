@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_requests_total",
-			Help: "ShouldRateLimit calls by domain and outcome (ok, over_limit, invalid, unavailable, failed_open). The domain is empty for invalid requests and domains the config does not define.",
+			Help: "ShouldRateLimit calls by domain and outcome (ok, over_limit, shadow_over_limit, invalid, unavailable, failed_open). The domain is empty for invalid requests and domains the config does not define.",
 		}, []string{"domain", "code"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "envoy_rls_request_duration_seconds",
