@@ -13,7 +13,7 @@ import (
 // memoryDecider returns an algotest decide function that runs each step as a
 // one-item Apply on m at the step's instant; with sweep, the store sweeps at
 // that instant first.
-func memoryDecider(t *testing.T, m *backend.Memory, clock *memoryClock, l algorithms.Limit, sweep bool) func(time.Time, uint64) algorithms.Decision {
+func memoryDecider(t *testing.T, m *backend.Memory, clock *testClock, l algorithms.Limit, sweep bool) func(time.Time, uint64) algorithms.Decision {
 	return func(at time.Time, hits uint64) algorithms.Decision {
 		t.Helper()
 		clock.Set(at)

@@ -17,28 +17,15 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
-// memoryClock is a manual clock: it only moves when a test moves it.
-type memoryClock struct{ ns atomic.Int64 }
-
-func newMemoryClock(t time.Time) *memoryClock {
-	c := &memoryClock{}
-	c.Set(t)
-	return c
-}
-
-func (c *memoryClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *memoryClock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
-func (c *memoryClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // memT0 is aligned to the hour, so fixed windows of a minute or an hour start
 // at it.
 var memT0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // newTestMemory returns a store on a manual clock at memT0, without the
 // background sweeper, closed at the end of the test.
-func newTestMemory(t testing.TB, opts ...backend.MemoryOption) (*backend.Memory, *memoryClock) {
+func newTestMemory(t testing.TB, opts ...backend.MemoryOption) (*backend.Memory, *testClock) {
 	t.Helper()
-	clock := newMemoryClock(memT0)
+	clock := newTestClock(memT0)
 	m := backend.NewMemory(append([]backend.MemoryOption{backend.WithClock(clock), backend.WithSweepInterval(0)}, opts...)...)
 	t.Cleanup(func() { m.Close() })
 	return m, clock

@@ -125,7 +125,7 @@ func tagsOnTwoNodes(t *testing.T) (string, string) {
 // slots: allowed requests charge exactly; a denied one charges the slots
 // whose own Enforced items allowed; one slot stays all-or-nothing.
 func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
-	clock := newRedisClock(algorithmsBase())
+	clock := newTestClock(algorithmsBase())
 	r := newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "split:"})
 	a, b := tagsOnTwoNodes(t)
 	one := algorithms.Limit{Requests: 1, Window: time.Second}
@@ -167,7 +167,7 @@ func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 // store decides exactly like Memory.
 func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	clock := newRedisClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
+	clock := newTestClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
 	mem := backend.NewMemory(backend.WithClock(clock), backend.WithSweepInterval(0))
 	t.Cleanup(func() { mem.Close() })
 	red := newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "mem:"})
@@ -188,7 +188,7 @@ func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 // one to three slots) decide exactly like the model of split requests.
 func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	clock := newRedisClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
+	clock := newTestClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
 	md := redisModel{}
 	const prefix = "model:"
 	red := newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: prefix})

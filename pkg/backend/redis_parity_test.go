@@ -17,7 +17,7 @@ import (
 // pkg/algorithms and of Memory.
 func TestRedisParity(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newRedisClock(algotest.Base)
+	clock := newTestClock(algotest.Base)
 	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "parity:"})
 
 	t.Run("Cases", func(t *testing.T) {

@@ -212,7 +212,7 @@ func TestRedisNoScript(t *testing.T) {
 // with honest numbers; anything else still goes to Redis.
 func TestRedisLocalDenyCache(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newRedisClock(algorithmsBase())
+	clock := newTestClock(algorithmsBase())
 	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 3, Window: time.Second}
 	item := func(key string, hits uint64) backend.Item { return backend.Item{Key: key, Limit: l, Hits: hits} }
@@ -278,8 +278,8 @@ func TestRedisClockSkew(t *testing.T) {
 
 	// Own clocks half a window apart: each store counts in its own window.
 	now := time.Now()
-	skewA := newRedisClock(now.Truncate(time.Second).Add(200 * time.Millisecond))
-	skewB := newRedisClock(now.Truncate(time.Second).Add(700 * time.Millisecond))
+	skewA := newTestClock(now.Truncate(time.Second).Add(200 * time.Millisecond))
+	skewB := newTestClock(now.Truncate(time.Second).Add(700 * time.Millisecond))
 	a := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: skewA, KeyPrefix: "skew:"})
 	b := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: skewB, KeyPrefix: "skew:"})
 	var allowed int
@@ -335,7 +335,7 @@ func TestRedisClockSkew(t *testing.T) {
 // ever, and a huge remaining saturates.
 func TestRedisHugeValues(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newRedisClock(algorithmsBase())
+	clock := newTestClock(algorithmsBase())
 	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock})
 	for _, k := range algorithms.Kinds() {
 		l := algorithms.Limit{Algorithm: k, Requests: 1000, Window: time.Second}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,20 +11,6 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
-
-// redisClock is a settable clock for the Redis store's test-only injected
-// time, safe for concurrent use.
-type redisClock struct{ us atomic.Int64 }
-
-func newRedisClock(t time.Time) *redisClock {
-	c := &redisClock{}
-	c.us.Store(t.UnixMicro())
-	return c
-}
-
-func (c *redisClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *redisClock) Set(t time.Time)         { c.us.Store(t.UnixMicro()) }
-func (c *redisClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 // newRedisStore returns a store on addr (a redis:// URL unless opts says
 // otherwise), closed when the test ends.
@@ -53,7 +38,7 @@ func redisApply(t testing.TB, s backend.Store, items ...backend.Item) ([]algorit
 
 func TestRedisSmoke(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newRedisClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := newTestClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock})
 	for _, k := range algorithms.Kinds() {
 		l := algorithms.Limit{Algorithm: k, Requests: 3, Window: time.Second}
@@ -208,35 +193,29 @@ func sameDecisions(t *testing.T, step int, items []backend.Item, got []algorithm
 func TestRedisMatchesMemoryRandom(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	start := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
-	for seed, k := range append(algorithms.Kinds(), 255) {
-		name, mixed := k.String(), k == 255
-		if mixed {
-			name = "mixed"
-		}
-		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(seed)+1, 42))
-			clock := newRedisClock(start)
-			mem := backend.NewMemory(backend.WithClock(clock), backend.WithSweepInterval(0))
-			t.Cleanup(func() { mem.Close() })
-			red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "mem:" + name + ":"})
-			limits := randomLimits(rng, k, mixed, 5)
-			for step := 0; step < 400; step++ {
-				switch rng.IntN(4) {
-				case 0: // same instant
-				case 1:
-					clock.Advance(time.Duration(rng.IntN(2000)) * time.Microsecond)
-				case 2:
-					clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
-				case 3:
-					clock.Advance(time.Duration(rng.IntN(5)) * time.Second)
-				}
-				items := randomItems(rng, limits)
-				want, wantOK := redisApply(t, mem, items...)
-				got, gotOK := redisApply(t, red, items...)
-				sameDecisions(t, step, items, got, gotOK, want, wantOK)
+	forEachKindAndMixed(t, func(t *testing.T, seed int, k algorithms.Kind, mixed bool, name string) {
+		rng := rand.New(rand.NewPCG(uint64(seed)+1, 42))
+		clock := newTestClock(start)
+		mem := backend.NewMemory(backend.WithClock(clock), backend.WithSweepInterval(0))
+		t.Cleanup(func() { mem.Close() })
+		red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "mem:" + name + ":"})
+		limits := randomLimits(rng, k, mixed, 5)
+		for step := 0; step < 400; step++ {
+			switch rng.IntN(4) {
+			case 0: // same instant
+			case 1:
+				clock.Advance(time.Duration(rng.IntN(2000)) * time.Microsecond)
+			case 2:
+				clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			case 3:
+				clock.Advance(time.Duration(rng.IntN(5)) * time.Second)
 			}
-		})
-	}
+			items := randomItems(rng, limits)
+			want, wantOK := redisApply(t, mem, items...)
+			got, gotOK := redisApply(t, red, items...)
+			sameDecisions(t, step, items, got, gotOK, want, wantOK)
+		}
+	})
 }
 
 // TestRedisMatchesModelClockSteps is TestRedisMatchesMemoryRandom with a
@@ -247,39 +226,46 @@ func TestRedisMatchesMemoryRandom(t *testing.T) {
 func TestRedisMatchesModelClockSteps(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	start := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	forEachKindAndMixed(t, func(t *testing.T, seed int, k algorithms.Kind, mixed bool, name string) {
+		rng := rand.New(rand.NewPCG(uint64(seed)+7, 43))
+		clock := newTestClock(start)
+		md := redisModel{}
+		red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "model:" + name + ":"})
+		limits := randomLimits(rng, k, mixed, 5)
+		backs := 0
+		for step := 0; step < 400; step++ {
+			switch rng.IntN(5) {
+			case 0: // same instant
+			case 1:
+				clock.Advance(time.Duration(rng.IntN(2000)) * time.Microsecond)
+			case 2:
+				clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			case 3:
+				clock.Advance(time.Duration(rng.IntN(5)) * time.Second)
+			case 4:
+				clock.Advance(-time.Duration(1+rng.IntN(1500)) * time.Millisecond)
+				backs++
+			}
+			items := randomItems(rng, limits)
+			want, wantOK := md.apply(items, clock.Now())
+			got, gotOK := redisApply(t, red, items...)
+			sameDecisions(t, step, items, got, gotOK, want, wantOK)
+		}
+		if backs == 0 {
+			t.Fatal("the clock never stepped back")
+		}
+	})
+}
+
+// forEachKindAndMixed runs f as a subtest for every algorithm, then for a
+// mix of all of them (k 255, mixed true, name "mixed"); seed differs per
+// subtest.
+func forEachKindAndMixed(t *testing.T, f func(t *testing.T, seed int, k algorithms.Kind, mixed bool, name string)) {
 	for seed, k := range append(algorithms.Kinds(), 255) {
 		name, mixed := k.String(), k == 255
 		if mixed {
 			name = "mixed"
 		}
-		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(seed)+7, 43))
-			clock := newRedisClock(start)
-			md := redisModel{}
-			red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "model:" + name + ":"})
-			limits := randomLimits(rng, k, mixed, 5)
-			backs := 0
-			for step := 0; step < 400; step++ {
-				switch rng.IntN(5) {
-				case 0: // same instant
-				case 1:
-					clock.Advance(time.Duration(rng.IntN(2000)) * time.Microsecond)
-				case 2:
-					clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
-				case 3:
-					clock.Advance(time.Duration(rng.IntN(5)) * time.Second)
-				case 4:
-					clock.Advance(-time.Duration(1+rng.IntN(1500)) * time.Millisecond)
-					backs++
-				}
-				items := randomItems(rng, limits)
-				want, wantOK := md.apply(items, clock.Now())
-				got, gotOK := redisApply(t, red, items...)
-				sameDecisions(t, step, items, got, gotOK, want, wantOK)
-			}
-			if backs == 0 {
-				t.Fatal("the clock never stepped back")
-			}
-		})
+		t.Run(name, func(t *testing.T) { f(t, seed, k, mixed, name) })
 	}
 }
