@@ -315,7 +315,9 @@ func (s *Service) plan(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 		if d.Limit != nil {
 			p.override = overrideLimit(dom, d.Limit)
 			p.limits = []*descriptors.RateLimit{p.override}
-			p.statKey = req.Domain + ".override"
+			if s.opts.Metrics != nil {
+				p.statKey = req.Domain + ".override"
+			}
 			sc.plans = append(sc.plans, p)
 			continue
 		}
