@@ -92,10 +92,11 @@ func (p *parser) document(data []byte) *Domain {
 	case !errors.Is(err, io.EOF):
 		p.yamlError(err)
 	}
-	if n := expandedSize(&doc, map[*yaml.Node]int{}); n > maxExpandedNodes {
+	if literal := literalSize(&doc); expandedSize(&doc, literal+maxAliasNodes, map[*yaml.Node]int{}) > literal+maxAliasNodes {
 		// Aliases can make a small file stand for an enormous tree (the
-		// "billion laughs"): refuse it before walking it.
-		p.errorf(doc.Line, "aliases expand the document to more than %d nodes", maxExpandedNodes)
+		// "billion laughs"): refuse it before walking it. Only what the
+		// aliases add counts, so a large config without aliases loads.
+		p.errorf(doc.Line, "aliases add more than %d nodes to the document", maxAliasNodes)
 		return nil
 	}
 	root := resolve(doc.Content[0])
@@ -134,29 +135,40 @@ func (p *parser) document(data []byte) *Domain {
 	return d
 }
 
-// maxExpandedNodes bounds the size of a document with its aliases
-// expanded. Real configs stay far below it.
-const maxExpandedNodes = 1_000_000
+// maxAliasNodes bounds the nodes that aliases add to a document when they
+// are expanded. Real configs stay far below it; the document's own size is
+// bounded only by the file's.
+const maxAliasNodes = 1_000_000
+
+// literalSize returns the number of nodes of n as written, an alias counting
+// as one node.
+func literalSize(n *yaml.Node) int {
+	size := 1
+	for _, c := range n.Content {
+		size += literalSize(c)
+	}
+	return size
+}
 
 // expandedSize returns the number of nodes of n with every alias expanded,
-// or a number above maxExpandedNodes once it passes that bound. It visits
-// each node once (memo), so a small document cannot make it slow.
-func expandedSize(n *yaml.Node, memo map[*yaml.Node]int) int {
+// or a number above bound once it passes bound. It visits each node once
+// (memo), so a small document cannot make it slow.
+func expandedSize(n *yaml.Node, bound int, memo map[*yaml.Node]int) int {
 	if v, ok := memo[n]; ok {
 		return v
 	}
-	memo[n] = maxExpandedNodes + 1 // a cycle counts as too large
+	memo[n] = bound + 1 // a cycle counts as too large
 	size := 1
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		size += expandedSize(n.Alias, memo)
+		size += expandedSize(n.Alias, bound, memo)
 	}
 	for _, c := range n.Content {
-		if size > maxExpandedNodes {
+		if size > bound {
 			break
 		}
-		size += expandedSize(c, memo)
+		size += expandedSize(c, bound, memo)
 	}
-	size = min(size, maxExpandedNodes+1)
+	size = min(size, bound+1)
 	memo[n] = size
 	return size
 }
@@ -624,13 +636,24 @@ func (p *parser) metadata(f field) *structpb.Struct {
 		p.errorf(f.key.Line, "metadata must be a mapping, got %s", describe(f.val))
 		return nil
 	}
-	return p.value(f.val).GetStructValue()
+	return p.value(f.val, 1).GetStructValue()
 }
 
+// MaxMetadataDepth bounds the nesting of a descriptor's metadata (a mapping
+// or list inside another counts one level). The metadata goes into every
+// response that passes the descriptor, and decoders refuse messages nested
+// too deeply (protobuf's default recursion limit is 100 messages, and each
+// level here is two).
+const MaxMetadataDepth = 32
+
 // value converts YAML to a protobuf Value: mappings to structs, lists to
-// lists, and scalars by their YAML type.
-func (p *parser) value(n *yaml.Node) *structpb.Value {
+// lists, and scalars by their YAML type. depth is the nesting level of n.
+func (p *parser) value(n *yaml.Node, depth int) *structpb.Value {
 	n = resolve(n)
+	if depth > MaxMetadataDepth && (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) {
+		p.errorf(n.Line, "metadata is nested more than %d levels deep", MaxMetadataDepth)
+		return structpb.NewNullValue()
+	}
 	switch n.Kind {
 	case yaml.MappingNode:
 		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(n.Content)/2)}
@@ -646,13 +669,13 @@ func (p *parser) value(n *yaml.Node) *structpb.Value {
 				continue
 			}
 			lines[k.Value] = k.Line
-			s.Fields[k.Value] = p.value(n.Content[i+1])
+			s.Fields[k.Value] = p.value(n.Content[i+1], depth+1)
 		}
 		return structpb.NewStructValue(s)
 	case yaml.SequenceNode:
 		l := &structpb.ListValue{Values: make([]*structpb.Value, 0, len(n.Content))}
 		for _, c := range n.Content {
-			l.Values = append(l.Values, p.value(c))
+			l.Values = append(l.Values, p.value(c, depth+1))
 		}
 		return structpb.NewListValue(l)
 	}
