@@ -1,0 +1,85 @@
+package cardinality
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestCapAdmitsUpToMaxThenOverflows(t *testing.T) {
+	c := New(3, Overflow)
+	for _, v := range []string{"a", "b", "a", "c", "d", "b", "e"} {
+		c.Value(v)
+	}
+	if c.Len() != 3 {
+		t.Errorf("Len = %d, want 3", c.Len())
+	}
+	if got := c.Overflowed(); got != 2 {
+		t.Errorf("Overflowed = %d, want 2 (d and e)", got)
+	}
+	for v, want := range map[string]string{"a": "a", "b": "b", "c": "c", "d": Overflow, "zz": Overflow} {
+		if got := c.Value(v); got != want {
+			t.Errorf("Value(%q) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func TestCapZeroMaxAdmitsOne(t *testing.T) {
+	c := New(0, "x")
+	if c.Max() != 1 || c.Value("a") != "a" || c.Value("b") != "x" {
+		t.Errorf("max %d", c.Max())
+	}
+}
+
+// A flood of distinct values from many goroutines keeps a counter vector
+// under the cap plus one overflow series, and loses no count.
+func TestCapBoundsSeriesUnderConcurrentFlood(t *testing.T) {
+	const max, workers, each = 50, 8, 12_500 // 100,000 distinct values
+	c := New(max, Overflow)
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t_total", Help: "t"}, []string{"v"})
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				vec.WithLabelValues(c.Value(strconv.Itoa(w*each + i))).Inc()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := testutil.CollectAndCount(vec); n != max+1 {
+		t.Errorf("series = %d, want %d admitted + 1 overflow", n, max+1)
+	}
+	if got, want := testutil.ToFloat64(vec.WithLabelValues(Overflow)), float64(workers*each-max); got != want {
+		t.Errorf("overflow series = %v, want %v", got, want)
+	}
+	if c.Overflowed() != workers*each-max {
+		t.Errorf("Overflowed = %d", c.Overflowed())
+	}
+}
+
+func BenchmarkCapAdmitted(b *testing.B) {
+	c := New(100, Overflow)
+	c.Value("rule")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Value("rule")
+		}
+	})
+}
+
+func BenchmarkCapOverflow(b *testing.B) {
+	c := New(1, Overflow)
+	c.Value("rule")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Value("other")
+		}
+	})
+}
