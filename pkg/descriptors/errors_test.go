@@ -81,3 +81,44 @@ func TestErrorFixtures(t *testing.T) {
 		})
 	}
 }
+
+// TestYAMLErrorOnEveryLine breaks each line of the example config in turn,
+// with a tab before it or a character that cannot start a token, and
+// checks that the syntax error names exactly that line. yaml.v3 itself
+// names the line where the enclosing block starts, or no line.
+func TestYAMLErrorOnEveryLine(t *testing.T) {
+	data, err := os.ReadFile("../../examples/ratelimit.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	breakers := map[string]func(string) string{
+		"tab": func(l string) string { return "\t" + l },
+		"at": func(l string) string {
+			content := strings.TrimLeft(l, " ")
+			return l[:len(l)-len(content)] + "@" + content
+		},
+	}
+	for name, breakLine := range breakers {
+		checked := 0
+		for i, l := range lines {
+			if s := strings.TrimSpace(l); s == "" || strings.HasPrefix(s, "#") {
+				continue
+			}
+			broken := append([]string(nil), lines...)
+			broken[i] = breakLine(l)
+			_, err := Parse("f.yaml", []byte(strings.Join(broken, "\n")))
+			var errs Errors
+			if !errors.As(err, &errs) || len(errs) != 1 || !strings.HasPrefix(errs[0].Reason, "invalid YAML: ") {
+				t.Fatalf("%s on line %d: got %v, want one YAML syntax error", name, i+1, err)
+			}
+			if errs[0].Line != i+1 {
+				t.Errorf("%s on line %d %q: error names line %d: %v", name, i+1, broken[i], errs[0].Line, errs[0])
+			}
+			checked++
+		}
+		if checked < 50 {
+			t.Fatalf("%s: only %d lines checked", name, checked)
+		}
+	}
+}

@@ -62,16 +62,78 @@ func (p *parser) errorf(line int, format string, args ...any) {
 
 var yamlLineError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlError reports an error of the YAML parser, at its line when it has
-// one.
-func (p *parser) yamlError(err error) {
+// yamlError reports an error of the YAML parser of data at the line where
+// it is (see syntaxErrorLine).
+func (p *parser) yamlError(data []byte, err error) {
+	line, reason := splitYAMLError(err)
+	if l := syntaxErrorLine(data, reason); l > 0 {
+		line = l
+	}
+	if strings.Contains(reason, "tab character") {
+		reason += " (indent with spaces)"
+	}
+	p.errorf(line, "invalid YAML: %s", reason)
+}
+
+// splitYAMLError splits an error of yaml.v3 into the line it names (0 when
+// none) and the reason.
+func splitYAMLError(err error) (int, string) {
 	msg := err.Error()
 	if m := yamlLineError.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		p.errorf(line, "invalid YAML: %s", m[2])
-		return
+		return line, m[2]
 	}
-	p.errorf(0, "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// syntaxErrorLine returns the line of data on which the YAML error with
+// this reason is, or 0 when it cannot tell.
+//
+// yaml.v3 reports the line where the enclosing construct starts (a
+// mis-indented key on line 7 of a mapping opened on line 2 is reported on
+// line 2, a tab is reported on the line before it) and some errors without a
+// line at all. The parser reads its input as a stream, so the first k lines
+// of data fail with the same reason exactly when the problem is on one of
+// them: the line is the smallest such k, found by bisection (each step
+// parses a prefix; this runs only for a file that is already invalid).
+func syntaxErrorLine(data []byte, reason string) int {
+	var ends []int // ends[i] is the length of the first i+1 lines
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(k int) bool { // the first k lines fail with reason
+		dec := yaml.NewDecoder(bytes.NewReader(data[:ends[k-1]]))
+		for {
+			var n yaml.Node
+			err := dec.Decode(&n)
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return false
+			}
+			_, r := splitYAMLError(err)
+			return r == reason
+		}
+	}
+	lo, hi := 1, len(ends) // the answer is in [lo, hi] if fails(hi)
+	if !fails(hi) {
+		return 0
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 func (p *parser) document(data []byte) *Domain {
@@ -81,7 +143,7 @@ func (p *parser) document(data []byte) *Domain {
 		if errors.Is(err, io.EOF) {
 			p.errorf(0, "config is empty")
 		} else {
-			p.yamlError(err)
+			p.yamlError(data, err)
 		}
 		return nil
 	}
@@ -90,7 +152,7 @@ func (p *parser) document(data []byte) *Domain {
 	case err == nil:
 		p.errorf(next.Line, "more than one YAML document (one domain per file)")
 	case !errors.Is(err, io.EOF):
-		p.yamlError(err)
+		p.yamlError(data, err)
 	}
 	if literal := literalSize(&doc); expandedSize(&doc, literal+maxAliasNodes, map[*yaml.Node]int{}) > literal+maxAliasNodes {
 		// Aliases can make a small file stand for an enormous tree (the
