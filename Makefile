@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test lint vet bench build
+.PHONY: run test lint vet bench bench-go build
 
 # Run the service on the embedded store with the example config.
 run:
@@ -23,5 +23,11 @@ vet:
 lint: vet
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# The floor, envoy-rls (memory, Redis) and, with REF_BIN set, the reference
+# server under the same load, side by side (see README, Performance).
 bench:
+	scripts/bench.sh $(BENCH_FLAGS)
+
+# The Go benchmarks of the hot path.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./pkg/...

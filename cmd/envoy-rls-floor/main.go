@@ -1,0 +1,67 @@
+// Command envoy-rls-floor is the floor of `make bench`: a RateLimitService
+// that answers OK to every call without looking at the request. Whatever
+// it costs per call (gRPC framing, HTTP/2, the load generator on the same
+// machine) any rate limit service pays too, so the bench states every
+// figure of a real service beside this one.
+//
+//	envoy-rls-floor --addr 127.0.0.1:8091
+//
+// It is a benchmark tool, not a service: it decides nothing.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "envoy-rls-floor:", err)
+		os.Exit(1)
+	}
+}
+
+// floor answers OK to every call.
+type floor struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+var okResponse = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+
+func (floor) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return okResponse, nil
+}
+
+// run serves until ctx ends. It prints the address it listens on, which
+// tells a caller that asked for port 0 where it is.
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("envoy-rls-floor", flag.ContinueOnError)
+	fs.SetOutput(out)
+	addr := fs.String("addr", "127.0.0.1:8091", "gRPC listen address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, floor{})
+	fmt.Fprintln(out, "envoy-rls-floor: listening on", lis.Addr())
+	go func() {
+		<-ctx.Done()
+		srv.GracefulStop()
+	}()
+	return srv.Serve(lis)
+}

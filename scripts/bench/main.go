@@ -1,0 +1,633 @@
+// Command bench is the engine of `make bench` (scripts/bench.sh builds the
+// binaries and runs it). On one machine, in one run, it starts:
+//
+//   - floor: envoy-rls-floor, an RLS that answers OK without looking;
+//   - memory: envoy-rls on the embedded store;
+//   - redis: envoy-rls on a redis-server it starts itself;
+//   - reference: envoyproxy/ratelimit on its own redis-server, when
+//     --ref-bin (REF_BIN) names a built binary;
+//
+// then drives each with the same load from envoy-rls-load, system after
+// system in alternating rounds, and prints per scenario one table: the
+// median over the rounds of every figure, and each figure's ratio to the
+// floor's. Every process listens on 127.0.0.1 only and is stopped at the
+// end.
+//
+// Figures per request: server CPU from /proc/<pid>/stat (user+system) over
+// the round; Redis command time from INFO commandstats (the sum of usec of
+// every command); Redis process CPU from INFO cpu (used_cpu_user +
+// used_cpu_sys); Redis round trips from INFO stats total_reads_processed
+// (the socket reads the server served: one per pipeline, however many
+// commands it holds), the same measure for every system.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+type options struct {
+	binDir      string
+	refBin      string
+	redisServer string
+	rounds      int
+	duration    time.Duration
+	warmup      time.Duration
+	concurrency int
+	conns       int
+	keys        []int
+	systems     []string
+	extraArgs   string
+}
+
+func main() {
+	o, err := parse(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if err := run(o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parse(args []string) (options, error) {
+	var o options
+	var keys, systems string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&o.binDir, "bin-dir", "bin", "directory holding envoy-rls, envoy-rls-floor and envoy-rls-load")
+	fs.StringVar(&o.refBin, "ref-bin", os.Getenv("REF_BIN"), "built envoyproxy/ratelimit binary (empty: no reference)")
+	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per scenario (each system once per round); the median is the figure")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "load per system and round")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load per system before the first round of a scenario (not measured)")
+	fs.IntVar(&o.concurrency, "concurrency", 50, "concurrent gRPC callers")
+	fs.IntVar(&o.conns, "conns", 4, "gRPC connections shared by the callers")
+	fs.StringVar(&keys, "keys", "10000,1", "scenarios: distinct descriptor values (1 = one hot key), comma-separated")
+	fs.StringVar(&systems, "systems", "floor,memory,redis,reference", "systems to run (reference only with --ref-bin)")
+	fs.StringVar(&o.extraArgs, "redis-args", "", "extra flags for envoy-rls on Redis, space-separated (e.g. --redis-batch-window=50us)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.rounds < 1 || o.duration <= 0 || o.concurrency < 1 || o.conns < 1 {
+		return o, errors.New("--rounds, --duration, --concurrency and --conns must be positive")
+	}
+	for _, k := range strings.Split(keys, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(k))
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("--keys: %q is not a positive number", k)
+		}
+		o.keys = append(o.keys, n)
+	}
+	for _, s := range strings.Split(systems, ",") {
+		s = strings.TrimSpace(s)
+		switch s {
+		case "floor", "memory", "redis":
+		case "reference":
+			if o.refBin == "" {
+				continue
+			}
+		default:
+			return o, fmt.Errorf("--systems: unknown system %q", s)
+		}
+		o.systems = append(o.systems, s)
+	}
+	if !slices.Contains(o.systems, "floor") {
+		return o, errors.New("--systems must include floor: every ratio is to it")
+	}
+	return o, nil
+}
+
+// system is one server under load, with its redis-server if it has one.
+type system struct {
+	name  string
+	addr  string // gRPC
+	cmd   *exec.Cmd
+	redis *redisProc
+	notes string
+}
+
+type redisProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	client *redis.Client
+}
+
+// sample is what one round measured on one system.
+type sample struct {
+	rps, p50, p99   float64 // calls/s, µs
+	serverCPU       float64 // µs per request
+	redisCmd        float64 // µs per request (commandstats)
+	redisCPU        float64 // µs per request (process)
+	redisTrips      float64 // reads per request
+	scriptPerCall   float64 // µs per call of the script command, when there is one
+	calls, errs     int64
+	over            int64
+	hasRedis        bool
+	scriptName      string
+	scriptCallsPerQ float64
+}
+
+const loadDomain = "bench"
+
+// loadConfig is one descriptor with a limit no run reaches: every call is
+// a full decision that allows (fixed window, the algorithm the reference
+// has).
+const loadConfig = `domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+func run(o options, out io.Writer) error {
+	work, err := os.MkdirTemp("", "envoy-rls-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	cfg := filepath.Join(work, "bench.yaml")
+	if err := os.WriteFile(cfg, []byte(loadConfig), 0o644); err != nil {
+		return err
+	}
+	// The reference reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
+	refDir := filepath.Join(work, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(refDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(refDir, "bench.yaml"), []byte(loadConfig), 0o644); err != nil {
+		return err
+	}
+
+	var systems []*system
+	defer func() {
+		for _, s := range systems {
+			s.stop()
+		}
+	}()
+	for _, name := range o.systems {
+		s, err := start(o, name, work, cfg)
+		if s != nil {
+			systems = append(systems, s)
+		}
+		if err != nil {
+			return fmt.Errorf("starting %s: %w", name, err)
+		}
+	}
+
+	host, _ := os.Hostname()
+	fmt.Fprintf(out, "make bench: %d rounds x %v per system, %d callers on %d connections, %d CPUs, host %s, %s\n",
+		o.rounds, o.duration, o.concurrency, o.conns, numCPU(), host, time.Now().UTC().Format(time.RFC3339))
+	for _, s := range systems {
+		if s.notes != "" {
+			fmt.Fprintf(out, "  %s: %s\n", s.name, s.notes)
+		}
+	}
+	for _, keys := range o.keys {
+		// Warm up: connections, Go runtime, Redis keys.
+		for _, s := range systems {
+			if _, err := drive(o, s, keys, o.warmup); err != nil {
+				return err
+			}
+		}
+		samples := map[string][]sample{}
+		for r := 0; r < o.rounds; r++ {
+			// Rotate the order so no system always runs first.
+			for i := range systems {
+				s := systems[(i+r)%len(systems)]
+				sm, err := drive(o, s, keys, o.duration)
+				if err != nil {
+					return err
+				}
+				samples[s.name] = append(samples[s.name], sm)
+			}
+		}
+		report(out, o, keys, systems, samples)
+	}
+	return nil
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\nprocessor")) + 1
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func start(o options, name, work, cfg string) (*system, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: name, addr: addr}
+	logf, err := os.Create(filepath.Join(work, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	var cmd *exec.Cmd
+	switch name {
+	case "floor":
+		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), "--addr", addr)
+	case "memory", "redis":
+		args := []string{"serve", "--config", cfg, "--grpc-addr", addr, "--http-addr", "",
+			"--watch-config=false", "--log-level", "warn", "--backend-timeout", "1s"}
+		if name == "redis" {
+			if s.redis, err = startRedis(o, work, name); err != nil {
+				return s, err
+			}
+			args = append(args, "--backend", "redis", "--redis-url", "redis://"+s.redis.addr+"/0")
+			args = append(args, strings.Fields(o.extraArgs)...)
+			s.notes = "envoy-rls " + strings.Join(args[len(args)-len(strings.Fields(o.extraArgs))-4:], " ")
+		} else {
+			args = append(args, "--backend", "memory")
+		}
+		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls"), args...)
+	case "reference":
+		if s.redis, err = startRedis(o, work, name); err != nil {
+			return s, err
+		}
+		debug, err := freeAddr()
+		if err != nil {
+			return s, err
+		}
+		http, err := freeAddr()
+		if err != nil {
+			return s, err
+		}
+		cmd = exec.Command(o.refBin)
+		gh, gp, _ := net.SplitHostPort(addr)
+		dh, dp, _ := net.SplitHostPort(debug)
+		hh, hp, _ := net.SplitHostPort(http)
+		cmd.Env = append(os.Environ(),
+			"GRPC_HOST="+gh, "GRPC_PORT="+gp, "DEBUG_HOST="+dh, "DEBUG_PORT="+dp, "HOST="+hh, "PORT="+hp,
+			"USE_STATSD=false", "LOG_LEVEL=warn",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=SINGLE", "REDIS_URL="+s.redis.addr,
+			"RUNTIME_ROOT="+filepath.Join(work, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit",
+			"RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false")
+		s.notes = "envoyproxy/ratelimit " + o.refBin + " with its defaults (REDIS_POOL_SIZE 10, REDIS_PIPELINE_WINDOW 0), loopback only"
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return s, err
+	}
+	s.cmd = cmd
+	if err := waitReady(addr); err != nil {
+		b, _ := os.ReadFile(logf.Name())
+		return s, fmt.Errorf("%w; its log:\n%s", err, b)
+	}
+	return s, nil
+}
+
+func startRedis(o options, work, name string) (*redisProc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	dir := filepath.Join(work, "redis-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(o.redisServer, "--bind", "127.0.0.1", "--port", port, "--save", "",
+		"--appendonly", "no", "--dir", dir, "--protected-mode", "yes")
+	logf, err := os.Create(filepath.Join(dir, "log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &redisProc{cmd: cmd, addr: addr, client: redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.client.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("redis-server on %s did not answer PING", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p, nil
+}
+
+func (p *redisProc) stop() {
+	_ = p.client.Close()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+}
+
+func (s *system) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-done
+		}
+	}
+	if s.redis != nil {
+		s.redis.stop()
+	}
+}
+
+// waitReady polls addr with a real call until it answers.
+func waitReady(addr string) error {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	client := rlsv3.NewRateLimitServiceClient(cc)
+	req := &rlsv3.RateLimitRequest{Domain: loadDomain, Descriptors: []*commonv3.RateLimitDescriptor{{
+		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ready"}}}}}
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, last = client.ShouldRateLimit(ctx, req)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer within 30s: %v", addr, last)
+}
+
+// cpuMicros returns the user+system CPU of pid in µs.
+func cpuMicros(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: split after its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("malformed /proc stat times")
+	}
+	return (ut + st) * 1e6 / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// redisSnap is what INFO says at one instant.
+type redisSnap struct {
+	cmdUsec  float64
+	cpuUsec  float64
+	reads    float64
+	commands map[string][2]float64 // name -> calls, usec
+}
+
+func snapRedis(p *redisProc) (redisSnap, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	txt, err := p.client.Info(ctx, "commandstats", "cpu", "stats").Result()
+	if err != nil {
+		return redisSnap{}, err
+	}
+	s := redisSnap{commands: map[string][2]float64{}}
+	sc := bufio.NewScanner(strings.NewReader(txt))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(k, "cmdstat_"):
+			name := strings.TrimPrefix(k, "cmdstat_")
+			var calls, usec float64
+			for _, kv := range strings.Split(v, ",") {
+				a, b, _ := strings.Cut(kv, "=")
+				f, _ := strconv.ParseFloat(b, 64)
+				switch a {
+				case "calls":
+					calls = f
+				case "usec":
+					usec = f
+				}
+			}
+			if name == "info" || name == "ping" {
+				continue // the bench's own
+			}
+			s.commands[name] = [2]float64{calls, usec}
+			s.cmdUsec += usec
+		case k == "used_cpu_user" || k == "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			s.cpuUsec += f * 1e6
+		case k == "total_reads_processed":
+			s.reads, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return s, nil
+}
+
+// drive runs envoy-rls-load against s for d and measures.
+func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
+	var sm sample
+	var rb redisSnap
+	var err error
+	if s.redis != nil {
+		if rb, err = snapRedis(s.redis); err != nil {
+			return sm, err
+		}
+	}
+	c0, err := cpuMicros(s.cmd.Process.Pid)
+	if err != nil {
+		return sm, err
+	}
+	load := exec.Command(filepath.Join(o.binDir, "envoy-rls-load"), "--addr", s.addr, "--domain", loadDomain,
+		"--key", "user", "--keys", strconv.Itoa(keys), "--concurrency", strconv.Itoa(o.concurrency),
+		"--conns", strconv.Itoa(o.conns), "--duration", d.String(), "--requests", "1000000000")
+	txt, err := load.CombinedOutput()
+	if err != nil {
+		return sm, fmt.Errorf("envoy-rls-load against %s: %v\n%s", s.name, err, txt)
+	}
+	c1, err := cpuMicros(s.cmd.Process.Pid)
+	if err != nil {
+		return sm, err
+	}
+	if err := parseLoad(string(txt), &sm); err != nil {
+		return sm, fmt.Errorf("%s: %w\n%s", s.name, err, txt)
+	}
+	if sm.errs > 0 || sm.over > 0 {
+		return sm, fmt.Errorf("%s answered %d errors and %d denials; every call should be allowed:\n%s", s.name, sm.errs, sm.over, txt)
+	}
+	n := float64(sm.calls)
+	sm.serverCPU = (c1 - c0) / n
+	if s.redis != nil {
+		ra, err := snapRedis(s.redis)
+		if err != nil {
+			return sm, err
+		}
+		sm.hasRedis = true
+		sm.redisCmd = (ra.cmdUsec - rb.cmdUsec) / n
+		sm.redisCPU = (ra.cpuUsec - rb.cpuUsec) / n
+		sm.redisTrips = (ra.reads - rb.reads) / n
+		// The command that does the work: the one with the most time.
+		var best float64
+		for name, a := range ra.commands {
+			b := rb.commands[name]
+			if du := a[1] - b[1]; du > best && a[0] > b[0] {
+				best = du
+				sm.scriptName = name
+				sm.scriptPerCall = du / (a[0] - b[0])
+				sm.scriptCallsPerQ = (a[0] - b[0]) / n
+			}
+		}
+	}
+	return sm, nil
+}
+
+// parseLoad reads envoy-rls-load's report.
+func parseLoad(txt string, sm *sample) error {
+	var elapsed time.Duration
+	found := 0
+	for _, line := range strings.Split(txt, "\n") {
+		switch {
+		case strings.HasPrefix(line, "calls "):
+			// calls N in D: R calls/s (ok A, over_limit B, errors C)
+			var ok int64
+			var d string
+			if _, err := fmt.Sscanf(line, "calls %d in %s", &sm.calls, &d); err != nil {
+				return fmt.Errorf("calls line: %v", err)
+			}
+			var err error
+			if elapsed, err = time.ParseDuration(strings.TrimSuffix(d, ":")); err != nil {
+				return err
+			}
+			i := strings.Index(line, "(ok ")
+			if i < 0 {
+				return errors.New("calls line without counts")
+			}
+			if _, err := fmt.Sscanf(line[i:], "(ok %d, over_limit %d, errors %d)", &ok, &sm.over, &sm.errs); err != nil {
+				return fmt.Errorf("counts: %v", err)
+			}
+			found++
+		case strings.HasPrefix(line, "latency "):
+			var p50, p90, p99, mx string
+			if _, err := fmt.Sscanf(line, "latency p50 %s p90 %s p99 %s max %s", &p50, &p90, &p99, &mx); err != nil {
+				return fmt.Errorf("latency line: %v", err)
+			}
+			a, err1 := time.ParseDuration(p50)
+			b, err2 := time.ParseDuration(p99)
+			if err1 != nil || err2 != nil {
+				return errors.New("latency line: bad durations")
+			}
+			sm.p50, sm.p99 = float64(a.Microseconds()), float64(b.Microseconds())
+			found++
+		}
+	}
+	if found != 2 || sm.calls == 0 || elapsed <= 0 {
+		return errors.New("no calls or no latency in envoy-rls-load's report")
+	}
+	sm.rps = float64(sm.calls) / elapsed.Seconds()
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func med(ss []sample, f func(sample) float64) float64 {
+	xs := make([]float64, len(ss))
+	for i, s := range ss {
+		xs[i] = f(s)
+	}
+	return median(xs)
+}
+
+func spread(ss []sample, f func(sample) float64) (float64, float64) {
+	lo, hi := f(ss[0]), f(ss[0])
+	for _, s := range ss[1:] {
+		lo, hi = min(lo, f(s)), max(hi, f(s))
+	}
+	return lo, hi
+}
+
+func report(out io.Writer, o options, keys int, systems []*system, samples map[string][]sample) {
+	scenario := fmt.Sprintf("%d keys", keys)
+	if keys == 1 {
+		scenario = "one hot key"
+	}
+	fmt.Fprintf(out, "\n%s, one fixed-window descriptor per call (median of %d rounds; x = ratio to the floor)\n\n", scenario, o.rounds)
+	fl := samples["floor"]
+	frps := med(fl, func(s sample) float64 { return s.rps })
+	fp50 := med(fl, func(s sample) float64 { return s.p50 })
+	fp99 := med(fl, func(s sample) float64 { return s.p99 })
+	fcpu := med(fl, func(s sample) float64 { return s.serverCPU })
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\trequests/s\tp50 µs\tp99 µs\tserver CPU µs/req\tRedis cmd µs/req\tRedis CPU µs/req\tRedis round trips/req\tscript µs/call\trequests/s range\t")
+	for _, s := range systems {
+		ss := samples[s.name]
+		rps := med(ss, func(s sample) float64 { return s.rps })
+		p50 := med(ss, func(s sample) float64 { return s.p50 })
+		p99 := med(ss, func(s sample) float64 { return s.p99 })
+		cpu := med(ss, func(s sample) float64 { return s.serverCPU })
+		lo, hi := spread(ss, func(s sample) float64 { return s.rps })
+		redisCols := "-\t-\t-\t-\t"
+		if ss[0].hasRedis {
+			redisCols = fmt.Sprintf("%.1f\t%.1f\t%.3f\t%.1f (%s)\t",
+				med(ss, func(s sample) float64 { return s.redisCmd }),
+				med(ss, func(s sample) float64 { return s.redisCPU }),
+				med(ss, func(s sample) float64 { return s.redisTrips }),
+				med(ss, func(s sample) float64 { return s.scriptPerCall }), ss[0].scriptName)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f (%.2fx)\t%.0f (%.2fx)\t%.0f (%.2fx)\t%.1f (%.2fx)\t%s%.0f–%.0f\t\n", s.name,
+			rps, rps/frps, p50, p50/fp50, p99, p99/fp99, cpu, cpu/fcpu, redisCols, lo, hi)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseLoadReadsTheLoadToolsReport(t *testing.T) {
+	txt := `target 127.0.0.1:1 domain bench key user keys 10000 concurrency 50 conns 4
+calls 30000 in 2.5s: 12000 calls/s (ok 30000, over_limit 0, errors 0)
+latency p50 2.1ms p90 3ms p99 8.5ms max 20ms
+`
+	var sm sample
+	if err := parseLoad(txt, &sm); err != nil {
+		t.Fatal(err)
+	}
+	if sm.calls != 30000 || sm.rps != 12000 || sm.p50 != 2100 || sm.p99 != 8500 || sm.errs != 0 || sm.over != 0 {
+		t.Fatalf("parsed %+v", sm)
+	}
+	if err := parseLoad(strings.Replace(txt, "latency", "lat", 1), &sm); err == nil {
+		t.Fatal("a report without latencies was accepted")
+	}
+}
+
+func TestParseLoadCountsDenialsAndErrors(t *testing.T) {
+	txt := "calls 10 in 1s: 10 calls/s (ok 7, over_limit 2, errors 1)\nlatency p50 1ms p90 1ms p99 1ms max 1ms\n"
+	var sm sample
+	if err := parseLoad(txt, &sm); err != nil {
+		t.Fatal(err)
+	}
+	if sm.over != 2 || sm.errs != 1 {
+		t.Fatalf("over %d errs %d, want 2 and 1", sm.over, sm.errs)
+	}
+}
+
+func TestMedianAndFlags(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Fatalf("median = %v", m)
+	}
+	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Fatalf("median = %v", m)
+	}
+	if _, err := parse([]string{"--systems", "memory"}); err == nil {
+		t.Fatal("a run without the floor was accepted")
+	}
+	o, err := parse([]string{"--ref-bin", "", "--keys", "5,1"})
+	if err != nil || len(o.keys) != 2 || o.keys[0] != 5 || o.keys[1] != 1 || len(o.systems) != 3 {
+		t.Fatalf("parse = %+v, %v", o, err)
+	}
+}
