@@ -54,23 +54,65 @@ func (s *Service) JSONHandler() http.Handler {
 			http.Error(w, status.Convert(err).Message(), code)
 			return
 		}
-		out, err := protojson.Marshal(resp)
+		out, err := marshalResponse(resp)
 		if err != nil {
 			http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		// protojson varies its whitespace on purpose; compact it so the
-		// output is the same every time (for people and scripts alike).
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, out); err != nil {
-			http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		compact.WriteByte('\n')
 		w.Header().Set("Content-Type", "application/json")
 		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
-		_, _ = w.Write(compact.Bytes())
+		_, _ = w.Write(out)
 	})
+}
+
+// remainingKey is how protojson names limit_remaining.
+var remainingKey = []byte(`"limitRemaining":`)
+
+// marshalResponse encodes resp as compact protojson with a newline, and with
+// limitRemaining in every status even when it is 0 (protojson leaves out
+// zero values, and a missing field reads as "unknown" exactly when nothing
+// remains). It sets the zero values to 1 for encoding and then writes the 0
+// back: each status has exactly one limitRemaining key, statuses come before
+// any other field that could hold one (dynamic metadata), and a key inside a
+// JSON string has its quotes escaped, so the n-th occurrence is the n-th
+// status's.
+func marshalResponse(resp *rlsv3.RateLimitResponse) ([]byte, error) {
+	var zero []int
+	for i, st := range resp.Statuses {
+		if st.LimitRemaining == 0 {
+			st.LimitRemaining = 1
+			zero = append(zero, i)
+		}
+	}
+	out, err := protojson.Marshal(resp)
+	for _, i := range zero {
+		resp.Statuses[i].LimitRemaining = 0
+	}
+	if err != nil {
+		return nil, err
+	}
+	// protojson varies its whitespace on purpose; compact it so the
+	// output is the same every time (for people and scripts alike).
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err != nil {
+		return nil, err
+	}
+	b := compact.Bytes()
+	at, n := 0, 0
+	for _, i := range zero {
+		for ; n <= i; n++ {
+			k := bytes.Index(b[at:], remainingKey)
+			if k < 0 {
+				return nil, errors.New("limitRemaining missing from a status")
+			}
+			at += k + len(remainingKey)
+		}
+		if !bytes.HasPrefix(b[at:], []byte("1")) || (at+1 < len(b) && b[at+1] >= '0' && b[at+1] <= '9') {
+			return nil, errors.New("unexpected limitRemaining value")
+		}
+		b[at] = '0'
+	}
+	return append(b, '\n'), nil
 }
