@@ -721,3 +721,23 @@ func TestExampleConfig(t *testing.T) {
 		t.Errorf("domains %v", c.Domains())
 	}
 }
+
+func TestParseDocuments(t *testing.T) {
+	c, err := ParseDocuments([]Document{
+		{File: "a", Data: []byte("domain: ns/a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")},
+		{File: "b", Data: []byte("domain: b\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Domains(); len(got) != 2 || got[0] != "b" || got[1] != "ns/a" {
+		t.Fatalf("domains = %v", got)
+	}
+	_, err = ParseDocuments([]Document{{File: "a", Data: []byte("domain: d\n")}, {File: "b", Data: []byte("domain: d\n")}})
+	if err == nil || !strings.Contains(err.Error(), `b:1: duplicate domain "d" (also defined at a:1)`) {
+		t.Fatalf("duplicate domain: %v", err)
+	}
+	if c, err := ParseDocuments(nil); err != nil || len(c.Domains()) != 0 {
+		t.Fatalf("no documents: %v, %v", c, err)
+	}
+}

@@ -57,6 +57,31 @@ func Parse(file string, data []byte) (*Config, error) {
 	return build(domains, errs)
 }
 
+// Document is one configuration document and the name its errors carry.
+type Document struct {
+	File string
+	Data []byte
+}
+
+// ParseDocuments reads several documents, one domain each, as one
+// configuration, with the same checks as Load on a directory (domains must be
+// unique). No documents make an empty, valid configuration: a control plane
+// may send an empty state of the world.
+func ParseDocuments(docs []Document) (*Config, error) {
+	var (
+		domains []*Domain
+		errs    Errors
+	)
+	for _, doc := range docs {
+		d, es := parseFile(doc.File, doc.Data)
+		errs = append(errs, es...)
+		if d != nil {
+			domains = append(domains, d)
+		}
+	}
+	return build(domains, errs)
+}
+
 // configFiles lists the configuration files of a directory, sorted.
 func configFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir) // sorted by name
