@@ -7,9 +7,10 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // newRedisStore builds the Redis store from the options. It does not
@@ -20,7 +21,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	if err != nil {
 		return nil, err
 	}
-	ro := backend.RedisOptions{
+	ro := redis.Options{
 		URL:            o.RedisURL,
 		SentinelAddrs:  splitList(o.RedisSentinel),
 		SentinelMaster: o.RedisSentinelMaster,
@@ -38,8 +39,8 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	// go-redis logs connection trouble on its own; route it to our logger at
 	// debug level, since every failure that matters to a call is already
 	// counted and logged (throttled) by the service.
-	redis.SetLogger(redisLogger{log})
-	r, err := backend.NewRedis(ro)
+	goredis.SetLogger(redisLogger{log})
+	r, err := redis.New(ro)
 	if err != nil {
 		return nil, err
 	}
@@ -61,17 +62,17 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		tlsMode = "on"
 	}
 	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "local_deny_cache", o.LocalDenyCache)
-	stat := func(name, help string, f func(backend.RedisStats) uint64) prometheus.Collector {
+	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(r.Stats())) })
 	}
 	reg.MustRegister(
-		stat("envoy_rls_redis_requests_total", "Store calls that needed Redis state.", func(s backend.RedisStats) uint64 { return s.Requests }),
-		stat("envoy_rls_redis_round_trips_total", "Pipelines sent to Redis (one round trip each).", func(s backend.RedisStats) uint64 { return s.RoundTrips }),
-		stat("envoy_rls_redis_script_calls_total", "Script calls (one per request, or per slot of a request split across Cluster slots).", func(s backend.RedisStats) uint64 { return s.ScriptCalls }),
-		stat("envoy_rls_redis_local_denials_total", "Requests denied by the local deny cache without a Redis call.", func(s backend.RedisStats) uint64 { return s.LocalDenials }),
-		stat("envoy_rls_redis_errors_total", "Store calls that failed or timed out.", func(s backend.RedisStats) uint64 { return s.Errors }),
-		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent with EVAL after NOSCRIPT (e.g. after a Redis restart).", func(s backend.RedisStats) uint64 { return s.ScriptReloads }),
+		stat("envoy_rls_redis_requests_total", "Store calls that needed Redis state.", func(s redis.Stats) uint64 { return s.Requests }),
+		stat("envoy_rls_redis_round_trips_total", "Pipelines sent to Redis (one round trip each).", func(s redis.Stats) uint64 { return s.RoundTrips }),
+		stat("envoy_rls_redis_script_calls_total", "Script calls (one per request, or per slot of a request split across Cluster slots).", func(s redis.Stats) uint64 { return s.ScriptCalls }),
+		stat("envoy_rls_redis_local_denials_total", "Requests denied by the local deny cache without a Redis call.", func(s redis.Stats) uint64 { return s.LocalDenials }),
+		stat("envoy_rls_redis_errors_total", "Store calls that failed or timed out.", func(s redis.Stats) uint64 { return s.Errors }),
+		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent with EVAL after NOSCRIPT (e.g. after a Redis restart).", func(s redis.Stats) uint64 { return s.ScriptReloads }),
 	)
 	return r, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -166,7 +167,7 @@ func newStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.S
 	case "redis":
 		return newRedisStore(o, reg, log)
 	default:
-		m := backend.NewMemory(backend.WithMaxKeys(o.MaxKeys))
+		m := memory.New(memory.WithMaxKeys(o.MaxKeys))
 		registerMemoryMetrics(reg, m)
 		return m, nil
 	}

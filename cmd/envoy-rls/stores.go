@@ -3,11 +3,11 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 )
 
 // registerMemoryMetrics exports the memory store's counters.
-func registerMemoryMetrics(reg prometheus.Registerer, m *backend.Memory) {
+func registerMemoryMetrics(reg prometheus.Registerer, m *memory.Store) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "envoy_rls_memory_keys",

@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // redisTLSOn reports whether a --redis-tls-* flag asks for TLS. Any of them
@@ -67,7 +67,7 @@ func redisTLSConfig(o options) (*tls.Config, error) {
 			cfg.ServerName = u.Hostname()
 		}
 		// Keep the URL's skip_verify=true, which go-redis honours too.
-		if ro, err := redis.ParseURL(o.RedisURL); err == nil && ro.TLSConfig != nil && ro.TLSConfig.InsecureSkipVerify {
+		if ro, err := goredis.ParseURL(o.RedisURL); err == nil && ro.TLSConfig != nil && ro.TLSConfig.InsecureSkipVerify {
 			cfg.InsecureSkipVerify = true
 		}
 	}

@@ -1,8 +1,11 @@
 // Package backend is the storage seam of envoy-rls: a Store keeps the state of
 // every counter key and decides a whole request's limits together, all or
-// nothing. Memory is the embedded, bounded store; the Redis store shares the
-// same contract. Nothing here knows about gRPC or YAML, so a Go program can
-// use a Store with pkg/algorithms as a plain in-process limiter.
+// nothing. This package holds the contract only and imports nothing outside
+// the module and the standard library; the stores live beside it:
+// pkg/backend/memory (embedded, bounded) and pkg/backend/redis, and
+// pkg/backend/storetest is the conformance kit every store runs. Nothing here
+// knows about gRPC or YAML, so a Go program can use a Store with
+// pkg/algorithms as a plain in-process limiter.
 package backend
 
 import (

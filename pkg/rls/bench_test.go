@@ -13,7 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
-	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -35,7 +36,7 @@ func benchService(b *testing.B) *rls.Service {
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := backend.NewMemory()
+	store := memory.New()
 	b.Cleanup(func() { store.Close() })
 	return rls.New(store, cfg, rls.Options{})
 }
@@ -99,7 +100,7 @@ func BenchmarkGRPCRedis(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		store, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL()})
+		store, err := redis.New(redis.Options{URL: srv.URL()})
 		if err != nil {
 			b.Fatal(err)
 		}

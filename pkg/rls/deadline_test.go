@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
-	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -26,7 +26,7 @@ func TestHungBackendIsBoundedByTheEarlierDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	store, err := redis.New(redis.Options{URL: srv.URL(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

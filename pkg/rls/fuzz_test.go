@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -33,7 +33,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	store := backend.NewMemory()
+	store := memory.New()
 	f.Cleanup(func() { store.Close() })
 	svc := rls.New(store, cfg, rls.Options{ResponseHeaders: true})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,36 +23,19 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
-// fakeClock is the only fake allowed: time.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // base is 10 s into a minute, so minute windows end 50 s later.
-var base = time.Unix(1_800_000_000, 0).Truncate(time.Minute).Add(10 * time.Second)
+var base = testutil.Base.Add(10 * time.Second)
 
 type harness struct {
 	svc    *rls.Service
-	store  *backend.Memory
-	clock  *fakeClock
+	store  *memory.Store
+	clock  *testutil.Clock
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 }
@@ -67,8 +49,8 @@ func start(t *testing.T, yaml string, opts rls.Options) *harness {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	clock := &fakeClock{t: base}
-	store := backend.NewMemory(backend.WithClock(clock))
+	clock := testutil.NewClock(base)
+	store := memory.New(memory.WithClock(clock))
 	t.Cleanup(func() { store.Close() })
 	svc := rls.New(store, cfg, opts)
 	srv, _ := rls.NewGRPCServer(svc)

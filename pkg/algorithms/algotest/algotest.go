@@ -2,10 +2,12 @@
 // the rate-limiting algorithms must pass: the pure functions of
 // pkg/algorithms, the memory store and the Redis store (whose Lua twins must
 // give identical decisions). It is a normal package so that the tests of
-// other packages can import it.
+// other packages can import it; it imports nothing above pkg/algorithms (the
+// multi-item store tables are in pkg/backend/storetest, which runs these
+// tables too).
 //
 // Every expected value was worked out by hand from the documented semantics
-// of pkg/algorithms and pkg/backend (the comments next to the tricky steps
+// of pkg/algorithms (the comments next to the tricky steps
 // show the arithmetic), never by running the code under test. All instants
 // and durations are whole microseconds.
 //
@@ -29,15 +31,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
-	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
 // Base is the instant every table starts from: 2027-01-15T08:00:00Z, Unix
-// second 1_800_000_000 = 2^9·3^2·5^8, so it is aligned to every window that
-// divides an hour (1s, 10s, 1m, 1h) but lies 1s into a 7s window and 8h
-// into a day.
-var Base = time.Unix(1_800_000_000, 0).UTC()
+// second 1_800_000_000, aligned to every window that divides an hour (see
+// internal/testutil, which holds the one copy).
+var Base = testutil.Base
 
 // Step is one request on a timeline: at Base+At, Hits hits, and the decision
 // it must get. At may go backwards (a clock that steps back) and before the
@@ -61,23 +62,6 @@ type Case struct {
 	Steps []Step
 }
 
-// StoreStep is one request of several items, decided together by a Store at
-// Base+At. WantAllowed is the request's verdict and Want holds one decision
-// per item.
-type StoreStep struct {
-	At          time.Duration
-	Items       []backend.Item
-	WantAllowed bool
-	Want        []algorithms.Decision
-}
-
-// StoreCase is a timeline of multi-item requests against a fresh store. Keys
-// are plain strings; a store test may prefix them.
-type StoreCase struct {
-	Name  string
-	Steps []StoreStep
-}
-
 // Run plays c against decide, which must decide one request of hits at the
 // given instant against the key's state so far and return the decision.
 // Failures are reported as "step %d".
@@ -88,30 +72,6 @@ func Run(t testing.TB, c Case, decide func(at time.Time, hits uint64) algorithms
 		if got != st.Want {
 			t.Errorf("%s: step %d (at %v, hits %d):\n got  %s\n want %s",
 				c.Name, i, st.At, st.Hits, Format(got), Format(st.Want))
-		}
-	}
-}
-
-// RunStore plays c against apply, which must decide the items together at
-// the given instant (as Store.Apply does) and return the verdict and one
-// decision per item. Failures are reported as "step %d".
-func RunStore(t testing.TB, c StoreCase, apply func(at time.Time, items []backend.Item) (bool, []algorithms.Decision)) {
-	t.Helper()
-	for i, st := range c.Steps {
-		allowed, got := apply(Base.Add(st.At), st.Items)
-		if allowed != st.WantAllowed {
-			t.Errorf("%s: step %d (at %v): allowed = %v, want %v", c.Name, i, st.At, allowed, st.WantAllowed)
-		}
-		if len(got) != len(st.Want) {
-			t.Errorf("%s: step %d (at %v): %d decisions, want %d", c.Name, i, st.At, len(got), len(st.Want))
-			continue
-		}
-		for j := range got {
-			if got[j] != st.Want[j] {
-				it := st.Items[j]
-				t.Errorf("%s: step %d (at %v) item %d (key %q, hits %d):\n got  %s\n want %s",
-					c.Name, i, st.At, j, it.Key, it.Hits, Format(got[j]), Format(st.Want[j]))
-			}
 		}
 	}
 }

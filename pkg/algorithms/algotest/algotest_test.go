@@ -6,7 +6,6 @@ import (
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms/algotest"
-	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
 // wholeMicros reports whether d is a whole number of µs (or Never).
@@ -52,61 +51,6 @@ func TestTablesAreWellFormed(t *testing.T) {
 			t.Errorf("%s: only %d cases", k, perKind[k])
 		}
 	}
-	for _, c := range algotest.StoreCases() {
-		if names[c.Name] {
-			t.Errorf("duplicate case %q", c.Name)
-		}
-		names[c.Name] = true
-		for i, st := range c.Steps {
-			if len(st.Items) != len(st.Want) {
-				t.Errorf("%s step %d: %d items, %d decisions", c.Name, i, len(st.Items), len(st.Want))
-			}
-			for _, it := range st.Items {
-				if err := it.Limit.Validate(); err != nil {
-					t.Errorf("%s step %d: %v", c.Name, i, err)
-				}
-			}
-		}
-	}
-}
-
-// refStore is the plainest store that follows backend.Store's contract, on
-// top of the pure functions: it checks that the store tables agree with
-// algorithms.Decide and backend.Verdict.
-type refStore map[string]algorithms.State
-
-func (m refStore) apply(at time.Time, items []backend.Item) (bool, []algorithms.Decision) {
-	work := map[string]algorithms.State{}
-	out := make([]algorithms.Decision, len(items))
-	for i, it := range items {
-		s, ok := work[it.Key]
-		if !ok {
-			s = m[it.Key]
-		}
-		s, out[i] = algorithms.Decide(it.Limit, s, at, it.Hits)
-		work[it.Key] = s
-	}
-	allowed := backend.Verdict(items, out)
-	if allowed {
-		for k, s := range work {
-			m[k] = s
-		}
-		return true, out
-	}
-	for i, it := range items {
-		if out[i].Allowed {
-			_, out[i] = algorithms.Decide(it.Limit, m[it.Key], at, 0)
-		}
-	}
-	return false, out
-}
-
-func TestStoreCasesAgainstReference(t *testing.T) {
-	for _, c := range algotest.StoreCases() {
-		t.Run(c.Name, func(t *testing.T) {
-			algotest.RunStore(t, c, refStore{}.apply)
-		})
-	}
 }
 
 // recorder counts the failures reported to it instead of failing the test.
@@ -119,7 +63,7 @@ func (r *recorder) Helper()                   {}
 func (r *recorder) Errorf(string, ...any)     { r.errors++ }
 func (r *recorder) Fatalf(f string, a ...any) { r.errors++ }
 
-// TestRunReportsFailures: the runners report every step whose decisions
+// TestRunReportsFailures: Run reports every step whose decisions
 // differ, and nothing when they agree.
 func TestRunReportsFailures(t *testing.T) {
 	c := algotest.Cases()[0]
@@ -133,21 +77,6 @@ func TestRunReportsFailures(t *testing.T) {
 	algotest.Run(r, c, func(time.Time, uint64) algorithms.Decision { i++; return c.Steps[i-1].Want })
 	if r.errors != 0 {
 		t.Errorf("Run reported %d failures for right decisions", r.errors)
-	}
-
-	sc := algotest.StoreCases()[0]
-	r = &recorder{TB: t}
-	algotest.RunStore(r, sc, func(_ time.Time, items []backend.Item) (bool, []algorithms.Decision) {
-		return false, make([]algorithms.Decision, len(items)+1)
-	})
-	want := len(sc.Steps) // one per step for the count of decisions
-	for _, st := range sc.Steps {
-		if st.WantAllowed {
-			want++ // and one for the verdict
-		}
-	}
-	if r.errors != want {
-		t.Errorf("RunStore reported %d failures, want %d", r.errors, want)
 	}
 }
 

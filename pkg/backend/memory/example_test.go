@@ -1,4 +1,4 @@
-package backend_test
+package memory_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 )
 
 // manualClock is a clock that moves only when told to, so that the example's
@@ -20,7 +21,7 @@ func (c *manualClock) Now() time.Time { return c.now }
 // using the memory store as an in-process limiter: no server involved.
 func Example() {
 	clock := &manualClock{now: time.Date(2025, 1, 1, 9, 0, 0, 0, time.UTC)}
-	store := backend.NewMemory(backend.WithClock(clock))
+	store := memory.New(memory.WithClock(clock))
 	defer store.Close()
 
 	perUser := algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 3, Window: time.Minute}

@@ -1,4 +1,6 @@
-package backend
+// Package memory is the embedded backend.Store: the state of every key lives
+// in this process, in a bounded otter cache.
+package memory
 
 import (
 	"context"
@@ -11,16 +13,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/maypok86/otter/v2"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
-// Defaults of NewMemory.
+// Defaults of New.
 const (
-	// DefaultMaxKeys is the number of keys a Memory holds unless WithMaxKeys
+	// DefaultMaxKeys is the number of keys a Store holds unless WithMaxKeys
 	// says otherwise.
 	DefaultMaxKeys = 1_000_000
-	// DefaultSweepInterval is how often a Memory drops fresh entries unless
+	// DefaultSweepInterval is how often a Store drops fresh entries unless
 	// WithSweepInterval says otherwise.
 	DefaultSweepInterval = 10 * time.Second
 )
@@ -29,11 +33,11 @@ const (
 // stack; larger requests allocate it.
 const inlineItems = 16
 
-// Memory is the embedded Store: the state of every key lives in this
+// Store is the embedded backend.Store: the state of every key lives in this
 // process, in a bounded cache. It is exact for the keys it holds (see Store),
 // and it decides a whole request all or nothing.
 //
-// Bounded: Memory holds at most the configured number of keys (WithMaxKeys),
+// Bounded: a Store holds at most the configured number of keys (WithMaxKeys),
 // apart from the few that the cache's asynchronous maintenance has yet to
 // evict. When it is full, the cache evicts the keys that are least likely to
 // be used again (otter's W-TinyLFU policy), and Stats counts them.
@@ -57,10 +61,10 @@ const inlineItems = 16
 // and holds no lock while it calls the cache, so requests on different keys
 // never wait for each other's locks.
 //
-// A Memory must be created with NewMemory and released with Close.
-type Memory struct {
+// A Store must be created with New and released with Close.
+type Store struct {
 	cache *otter.Cache[string, *entry]
-	clock Clock
+	clock backend.Clock
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -77,7 +81,7 @@ type Memory struct {
 	swept       atomic.Uint64
 }
 
-var _ Store = (*Memory)(nil)
+var _ backend.Store = (*Store)(nil)
 
 // entry is the state of one key. Its fields other than floor and freshAt are
 // guarded by mu. The cache calls into an entry (eviction, sweeping) while it
@@ -99,19 +103,19 @@ type entry struct {
 	floor int64
 }
 
-// MemoryOption configures a Memory.
-type MemoryOption func(*memoryConfig)
+// Option configures a Store.
+type Option func(*config)
 
-type memoryConfig struct {
+type config struct {
 	maxKeys       int
-	clock         Clock
+	clock         backend.Clock
 	sweepInterval time.Duration
 }
 
 // WithMaxKeys bounds the number of keys the store holds. Non-positive values
 // select DefaultMaxKeys.
-func WithMaxKeys(n int) MemoryOption {
-	return func(c *memoryConfig) {
+func WithMaxKeys(n int) Option {
+	return func(c *config) {
 		if n > 0 {
 			c.maxKeys = n
 		}
@@ -119,9 +123,9 @@ func WithMaxKeys(n int) MemoryOption {
 }
 
 // WithClock sets the clock that Apply reads once per request. The default is
-// MonotonicClock(). A nil clock selects the default.
-func WithClock(clock Clock) MemoryOption {
-	return func(c *memoryConfig) {
+// backend.MonotonicClock(). A nil clock selects the default.
+func WithClock(clock backend.Clock) Option {
+	return func(c *config) {
 		if clock != nil {
 			c.clock = clock
 		}
@@ -131,21 +135,21 @@ func WithClock(clock Clock) MemoryOption {
 // WithSweepInterval sets how often a background goroutine drops entries whose
 // state is fresh. Zero or a negative value disables the background sweeper:
 // fresh entries then stay until they are evicted for size.
-func WithSweepInterval(d time.Duration) MemoryOption {
-	return func(c *memoryConfig) { c.sweepInterval = d }
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) { c.sweepInterval = d }
 }
 
-// NewMemory returns an empty memory store. Call Close to stop its
+// New returns an empty memory store. Call Close to stop its
 // background goroutines.
-func NewMemory(opts ...MemoryOption) *Memory {
-	cfg := memoryConfig{maxKeys: DefaultMaxKeys, sweepInterval: DefaultSweepInterval}
+func New(opts ...Option) *Store {
+	cfg := config{maxKeys: DefaultMaxKeys, sweepInterval: DefaultSweepInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.clock == nil {
-		cfg.clock = MonotonicClock()
+		cfg.clock = backend.MonotonicClock()
 	}
-	m := &Memory{clock: cfg.clock}
+	m := &Store{clock: cfg.clock}
 	m.cache = otter.Must(&otter.Options[string, *entry]{
 		MaximumSize:      cfg.maxKeys,
 		InitialCapacity:  min(cfg.maxKeys, 1024),
@@ -159,8 +163,8 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	return m
 }
 
-// MemoryStats are counters of a Memory, for metrics.
-type MemoryStats struct {
+// Stats are counters of a Store, for metrics.
+type Stats struct {
 	// Keys is the number of keys held now (an estimate under concurrent
 	// change).
 	Keys int
@@ -174,8 +178,8 @@ type MemoryStats struct {
 }
 
 // Stats returns the store's counters.
-func (m *Memory) Stats() MemoryStats {
-	return MemoryStats{
+func (m *Store) Stats() Stats {
+	return Stats{
 		Keys:        m.cache.EstimatedSize(),
 		Evicted:     m.evicted.Load(),
 		EvictedLive: m.evictedLive.Load(),
@@ -183,9 +187,9 @@ func (m *Memory) Stats() MemoryStats {
 	}
 }
 
-// Close stops the store's background goroutines. Apply returns ErrClosed
+// Close stops the store's background goroutines. Apply returns backend.ErrClosed
 // afterwards. Close is idempotent and always returns nil.
-func (m *Memory) Close() error {
+func (m *Store) Close() error {
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)
 		if m.stop != nil {
@@ -207,20 +211,20 @@ type scratch struct {
 	charged [inlineItems]bool
 }
 
-// Apply implements Store. See Memory for its guarantees. It returns
-// ErrClosed after Close and an error when out is shorter than items.
+// Apply implements backend.Store. See Store for its guarantees. It returns
+// backend.ErrClosed after Close and an error when out is shorter than items.
 //
 // Apply ignores ctx: it decides in microseconds and never waits on I/O, so
 // it always answers. Failing on a deadline that passed while the goroutine
 // waited for a CPU would only turn into a fail-open answer upstream, and
 // allow more than the limit on a busy machine.
-func (m *Memory) Apply(_ context.Context, items []Item, out []algorithms.Decision) (bool, error) {
+func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
 	if m.closed.Load() {
-		return false, ErrClosed
+		return false, backend.ErrClosed
 	}
 	n := len(items)
 	if len(out) < n {
-		return false, fmt.Errorf("backend: %d decisions for %d items", len(out), n)
+		return false, fmt.Errorf("memory: %d decisions for %d items", len(out), n)
 	}
 	if n == 0 {
 		return true, nil
@@ -276,7 +280,7 @@ func (m *Memory) Apply(_ context.Context, items []Item, out []algorithms.Decisio
 			work[j], reset[j], charged[j] = s, dec.ResetAfter, true
 		}
 	}
-	allowed := Verdict(items, out[:n])
+	allowed := backend.Verdict(items, out[:n])
 	if allowed {
 		for j, e := range ents {
 			if charged[j] {
@@ -302,7 +306,7 @@ func (m *Memory) Apply(_ context.Context, items []Item, out []algorithms.Decisio
 // keep their request order), writes for each item the index of its key among
 // the distinct keys into slot, and leaves the first item of each distinct key
 // in order[:d]. It returns d.
-func distinctKeys(items []Item, order, slot []int) int {
+func distinctKeys(items []backend.Item, order, slot []int) int {
 	for i := range order {
 		order[i] = i
 	}
@@ -344,7 +348,7 @@ func lockAll(ents []*entry) int {
 
 // lookup returns the entry of key, creating it if needed. It must not be
 // called with an entry's lock held.
-func (m *Memory) lookup(key string) *entry {
+func (m *Store) lookup(key string) *entry {
 	if e, ok := m.cache.GetIfPresent(key); ok {
 		return e
 	}
@@ -355,7 +359,7 @@ func (m *Memory) lookup(key string) *entry {
 // onDeletion runs under a lock of the cache whenever an entry leaves it. An
 // entry evicted for size is marked dead, so that a request holding it looks
 // the key up again, and counted.
-func (m *Memory) onDeletion(ev otter.DeletionEvent[string, *entry]) {
+func (m *Store) onDeletion(ev otter.DeletionEvent[string, *entry]) {
 	if ev.Cause != otter.CauseOverflow {
 		return // the sweeper marked it dead itself
 	}
@@ -370,7 +374,7 @@ func (m *Memory) onDeletion(ev otter.DeletionEvent[string, *entry]) {
 	}
 }
 
-func (m *Memory) sweepLoop(every time.Duration) {
+func (m *Store) sweepLoop(every time.Duration) {
 	defer close(m.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -395,7 +399,7 @@ func (m *Memory) sweepLoop(every time.Duration) {
 // dropped state would have given it then. A request whose clock reading is
 // older than the sweep (it read the clock before the sweep did, or the clock
 // stepped back) is decided at the sweep's instant for that reason.
-func (m *Memory) Sweep() int {
+func (m *Store) Sweep() int {
 	m.sweepMu.Lock()
 	defer m.sweepMu.Unlock()
 	now := m.clock.Now().UnixMicro()

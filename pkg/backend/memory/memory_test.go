@@ -1,4 +1,4 @@
-package backend_test
+package memory_test
 
 import (
 	"context"
@@ -13,26 +13,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 )
 
-// memT0 is aligned to the hour, so fixed windows of a minute or an hour start
-// at it.
-var memT0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// newTestMemory returns a store on a manual clock at memT0, without the
+// newTestMemory returns a store on a manual clock at testutil.Base, without the
 // background sweeper, closed at the end of the test.
-func newTestMemory(t testing.TB, opts ...backend.MemoryOption) (*backend.Memory, *testClock) {
+func newTestMemory(t testing.TB, opts ...memory.Option) (*memory.Store, *testutil.Clock) {
 	t.Helper()
-	clock := newTestClock(memT0)
-	m := backend.NewMemory(append([]backend.MemoryOption{backend.WithClock(clock), backend.WithSweepInterval(0)}, opts...)...)
+	clock := testutil.NewClock(testutil.Base)
+	m := memory.New(append([]memory.Option{memory.WithClock(clock), memory.WithSweepInterval(0)}, opts...)...)
 	t.Cleanup(func() { m.Close() })
 	return m, clock
 }
 
 // apply runs one request and fails the test on an error.
-func apply(t testing.TB, m *backend.Memory, items ...backend.Item) ([]algorithms.Decision, bool) {
+func apply(t testing.TB, m *memory.Store, items ...backend.Item) ([]algorithms.Decision, bool) {
 	t.Helper()
 	out := make([]algorithms.Decision, len(items))
 	ok, err := m.Apply(context.Background(), items, out)
@@ -43,22 +41,10 @@ func apply(t testing.TB, m *backend.Memory, items ...backend.Item) ([]algorithms
 }
 
 // remaining checks key without charging it and returns its Remaining.
-func remaining(t testing.TB, m *backend.Memory, key string, l algorithms.Limit) uint64 {
+func remaining(t testing.TB, m *memory.Store, key string, l algorithms.Limit) uint64 {
 	t.Helper()
 	ds, _ := apply(t, m, backend.Item{Key: key, Limit: l})
 	return ds[0].Remaining
-}
-
-// waitFor polls cond until it holds, failing the test after a few seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func limitOf(k algorithms.Kind, requests uint64, window time.Duration) algorithms.Limit {
@@ -443,16 +429,16 @@ func TestMemorySweepThenEarlierClock(t *testing.T) {
 			l := limitOf(k, 4, time.Minute)
 			item := backend.Item{Key: "k", Limit: l, Hits: 3}
 			ds, _ := apply(t, m, item)
-			old, want := algorithms.Decide(l, algorithms.State{}, memT0, 3)
+			old, want := algorithms.Decide(l, algorithms.State{}, testutil.Base, 3)
 			if ds[0] != want {
 				t.Fatalf("first request %+v, want %+v", ds[0], want)
 			}
-			sweptAt := memT0.Add(ds[0].ResetAfter)
+			sweptAt := testutil.Base.Add(ds[0].ResetAfter)
 			clock.Set(sweptAt)
 			if got := m.Sweep(); got != 1 {
 				t.Fatalf("sweep at the reset instant dropped %d entries, want 1", got)
 			}
-			earlier := memT0.Add(ds[0].ResetAfter / 2)
+			earlier := testutil.Base.Add(ds[0].ResetAfter / 2)
 			clock.Set(earlier)
 			ds, _ = apply(t, m, item)
 			_, want = algorithms.Decide(l, old, sweptAt, 3)
@@ -471,7 +457,7 @@ func TestMemoryEviction(t *testing.T) {
 	l := limitOf(algorithms.FixedWindow, 10, time.Minute)
 
 	t.Run("live", func(t *testing.T) {
-		m, _ := newTestMemory(t, backend.WithMaxKeys(maxKeys))
+		m, _ := newTestMemory(t, memory.WithMaxKeys(maxKeys))
 		for i := range 200 {
 			apply(t, m, backend.Item{Key: fmt.Sprintf("key-%d", i), Limit: l, Hits: 1})
 		}
@@ -479,7 +465,7 @@ func TestMemoryEviction(t *testing.T) {
 		// either still held or was evicted live. (An entry evicted between its
 		// creation and its request's lock is evicted fresh, and the request
 		// retries with a new one.)
-		waitFor(t, "evictions to be counted", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "evictions to be counted", func() bool {
 			st := m.Stats()
 			return st.Keys <= maxKeys && st.EvictedLive == uint64(200-st.Keys)
 		})
@@ -488,11 +474,11 @@ func TestMemoryEviction(t *testing.T) {
 		}
 	})
 	t.Run("fresh", func(t *testing.T) {
-		m, _ := newTestMemory(t, backend.WithMaxKeys(maxKeys))
+		m, _ := newTestMemory(t, memory.WithMaxKeys(maxKeys))
 		for i := range 200 {
 			apply(t, m, backend.Item{Key: fmt.Sprintf("key-%d", i), Limit: l}) // checks only
 		}
-		waitFor(t, "evictions to be counted", func() bool {
+		testutil.WaitFor(t, 5*time.Second, "evictions to be counted", func() bool {
 			st := m.Stats()
 			return st.Keys <= maxKeys && st.Evicted >= 200-maxKeys
 		})
@@ -503,7 +489,7 @@ func TestMemoryEviction(t *testing.T) {
 	t.Run("request wider than the store", func(t *testing.T) {
 		// Every request needs more keys than the store holds: entries are
 		// evicted while requests hold them, and requests must still finish.
-		m, _ := newTestMemory(t, backend.WithMaxKeys(2))
+		m, _ := newTestMemory(t, memory.WithMaxKeys(2))
 		items := make([]backend.Item, 6)
 		for round := range 200 {
 			for i := range items {
@@ -513,7 +499,7 @@ func TestMemoryEviction(t *testing.T) {
 				t.Fatalf("round %d denied", round)
 			}
 		}
-		waitFor(t, "the store to shrink to its bound", func() bool { return m.Stats().Keys <= 2 })
+		testutil.WaitFor(t, 5*time.Second, "the store to shrink to its bound", func() bool { return m.Stats().Keys <= 2 })
 	})
 }
 
@@ -521,14 +507,14 @@ func TestMemoryEviction(t *testing.T) {
 // Apply fails afterwards.
 func TestMemoryClose(t *testing.T) {
 	before := runtime.NumGoroutine()
-	m := backend.NewMemory(backend.WithSweepInterval(time.Millisecond), backend.WithMaxKeys(16))
+	m := memory.New(memory.WithSweepInterval(time.Millisecond), memory.WithMaxKeys(16))
 	for i := range 100 {
 		out := make([]algorithms.Decision, 1)
 		if _, err := m.Apply(context.Background(), []backend.Item{{Key: fmt.Sprint(i), Limit: limitOf(algorithms.GCRA, 5, time.Second), Hits: 1}}, out); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the background sweeper to drop an entry", func() bool { return m.Stats().Swept > 0 })
+	testutil.WaitFor(t, 5*time.Second, "the background sweeper to drop an entry", func() bool { return m.Stats().Swept > 0 })
 	if err := m.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -539,7 +525,7 @@ func TestMemoryClose(t *testing.T) {
 	if !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("Apply after Close: %v, want ErrClosed", err)
 	}
-	waitFor(t, "the store's goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
+	testutil.WaitFor(t, 5*time.Second, "the store's goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestMemoryApplyErrors(t *testing.T) {

@@ -1,4 +1,4 @@
-package backend_test
+package memory_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 )
 
 // benchLimit allows far more than a benchmark asks, so requests are charged.
@@ -27,7 +28,7 @@ func benchKeys(prefix string, n int) []string {
 // The first warm requests run before the timer starts, so that the figures
 // are those of a store that already holds its keys.
 func runMemoryBench(b *testing.B, size, warm int, next func(i int, items []backend.Item)) {
-	m := backend.NewMemory()
+	m := memory.New()
 	defer m.Close()
 	items, out := make([]backend.Item, size), make([]algorithms.Decision, size)
 	for i := range warm {

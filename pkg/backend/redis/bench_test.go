@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // benchRedis runs Apply of one item on key(i) from 64 goroutines per CPU
 // (as many concurrent gRPC calls would) and reports Redis round trips and
 // script calls per request.
-func benchRedis(b *testing.B, opts backend.RedisOptions, key func(i uint64) string) {
+func benchRedis(b *testing.B, opts redis.Options, key func(i uint64) string) {
 	srv := redistest.StartStandalone(b)
 	opts.URL = srv.URL()
 	r := newRedisStore(b, opts)
@@ -50,11 +51,11 @@ func benchRedis(b *testing.B, opts backend.RedisOptions, key func(i uint64) stri
 func BenchmarkRedisApplyHotKey(b *testing.B) {
 	for _, w := range []time.Duration{0, 50 * time.Microsecond} {
 		b.Run(fmt.Sprintf("window=%v", w), func(b *testing.B) {
-			benchRedis(b, backend.RedisOptions{BatchWindow: w}, func(uint64) string { return "hot" })
+			benchRedis(b, redis.Options{BatchWindow: w}, func(uint64) string { return "hot" })
 		})
 	}
 	b.Run("unbatched", func(b *testing.B) {
-		benchRedis(b, backend.RedisOptions{BatchSize: 1}, func(uint64) string { return "hot" })
+		benchRedis(b, redis.Options{BatchSize: 1}, func(uint64) string { return "hot" })
 	})
 }
 
@@ -65,7 +66,7 @@ func BenchmarkRedisApply10kKeys(b *testing.B) {
 	}
 	for _, w := range []time.Duration{0, 50 * time.Microsecond} {
 		b.Run(fmt.Sprintf("window=%v", w), func(b *testing.B) {
-			benchRedis(b, backend.RedisOptions{BatchWindow: w}, func(i uint64) string { return keys[i%uint64(len(keys))] })
+			benchRedis(b, redis.Options{BatchWindow: w}, func(i uint64) string { return keys[i%uint64(len(keys))] })
 		})
 	}
 }
@@ -74,7 +75,7 @@ func BenchmarkRedisApply10kKeys(b *testing.B) {
 // by the local deny cache.
 func BenchmarkRedisApplyLocalDeny(b *testing.B) {
 	srv := redistest.StartStandalone(b)
-	r := newRedisStore(b, backend.RedisOptions{URL: srv.URL(), LocalDenyCache: true})
+	r := newRedisStore(b, redis.Options{URL: srv.URL(), LocalDenyCache: true})
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1, Window: 24 * time.Hour}
 	items := []backend.Item{{Key: "over", Limit: l, Hits: 1}}
 	redisApply(b, r, items...)

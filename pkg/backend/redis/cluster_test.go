@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"context"
@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // One 3-master cluster serves every cluster test of the package: starting
@@ -29,17 +32,17 @@ func testClusterSlot(t *testing.T, cl *redistest.Cluster) {
 	ctx := context.Background()
 	keys := []string{"", "a", "abc", "{", "}", "{}", "{}x", "x{}", "{a}", "x{a}y", "{a}{b}", "{{a}}", "a{b{c}d}", "user:{1000}:x", "\xff\xfe{\x00}"}
 	for i := 0; i < 200; i++ {
-		keys = append(keys, fmt.Sprintf("key-%d", i), backend.HashTagged(fmt.Sprint(i), "rest"))
+		keys = append(keys, fmt.Sprintf("key-%d", i), redis.HashTagged(fmt.Sprint(i), "rest"))
 	}
 	for _, tag := range []string{"", "a", "{", "}", "%", "a}b", "{x}", "%7D"} {
-		keys = append(keys, backend.HashTagged(tag, "r"))
+		keys = append(keys, redis.HashTagged(tag, "r"))
 	}
 	for _, k := range keys {
 		want, err := c.ClusterKeySlot(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := backend.Slot(k); int64(got) != want {
+		if got := redis.Slot(k); int64(got) != want {
 			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
 		}
 	}
@@ -47,12 +50,12 @@ func testClusterSlot(t *testing.T, cl *redistest.Cluster) {
 	seen := map[string][2]string{}
 	for _, tag := range []string{"", "a", "a}", "a}b", "%", "%25", "{", "%7B", "}"} {
 		for _, rest := range []string{"", "b", "}b", "x{y}"} {
-			k := backend.HashTagged(tag, rest)
+			k := redis.HashTagged(tag, rest)
 			if prev, dup := seen[k]; dup {
 				t.Errorf("HashTagged(%q, %q) = HashTagged(%q, %q) = %q", tag, rest, prev[0], prev[1], k)
 			}
 			seen[k] = [2]string{tag, rest}
-			if backend.Slot(k) != backend.Slot(backend.HashTagged(tag, "")) {
+			if redis.Slot(k) != redis.Slot(redis.HashTagged(tag, "")) {
 				t.Errorf("HashTagged(%q, %q) left the tag's slot", tag, rest)
 			}
 		}
@@ -66,10 +69,10 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 	const L = 100
 	var stores []backend.Store
 	for i := 0; i < 3; i++ {
-		stores = append(stores, newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), KeyPrefix: "exact:", PoolSize: 4}))
+		stores = append(stores, newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "exact:", PoolSize: 4}))
 	}
 	for _, k := range algorithms.Kinds() {
-		key := backend.HashTagged("d-"+k.String(), "k")
+		key := redis.HashTagged("d-"+k.String(), "k")
 		l := longLimit(k, L)
 		got := hammer(t, stores, 120, 3, func(int, int) []backend.Item {
 			return []backend.Item{{Key: key, Limit: l, Hits: 1}}
@@ -81,7 +84,7 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 
 	// Two slots: a limits 60, b limits 80; a request takes one of each.
 	a, b := tagsOnTwoNodes(t)
-	ka, kb := backend.HashTagged(a, "a"), backend.HashTagged(b, "b")
+	ka, kb := redis.HashTagged(a, "a"), redis.HashTagged(b, "b")
 	la, lb := longLimit(algorithms.FixedWindow, 60), longLimit(algorithms.FixedWindow, 80)
 	got := hammer(t, stores, 120, 2, func(int, int) []backend.Item {
 		return []backend.Item{{Key: ka, Limit: la, Hits: 1}, {Key: kb, Limit: lb, Hits: 1}}
@@ -103,7 +106,7 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 func tagsOnTwoNodes(t *testing.T) (string, string) {
 	t.Helper()
 	node := func(tag string) int {
-		s := backend.Slot(backend.HashTagged(tag, ""))
+		s := redis.Slot(redis.HashTagged(tag, ""))
 		for i := 0; i < 3; i++ {
 			if lo, hi := redistest.SlotRange(i, 3); s >= lo && s <= hi {
 				return i
@@ -125,12 +128,12 @@ func tagsOnTwoNodes(t *testing.T) (string, string) {
 // slots: allowed requests charge exactly; a denied one charges the slots
 // whose own Enforced items allowed; one slot stays all-or-nothing.
 func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
-	clock := newTestClock(algorithmsBase())
-	r := newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "split:"})
+	clock := testutil.NewClock(testutil.Base)
+	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "split:"})
 	a, b := tagsOnTwoNodes(t)
 	one := algorithms.Limit{Requests: 1, Window: time.Second}
 	five := algorithms.Limit{Requests: 5, Window: time.Second}
-	ka, kb, ka2 := backend.HashTagged(a, "x"), backend.HashTagged(b, "y"), backend.HashTagged(a, "z")
+	ka, kb, ka2 := redis.HashTagged(a, "x"), redis.HashTagged(b, "y"), redis.HashTagged(a, "z")
 
 	ds, ok := redisApply(t, r, backend.Item{Key: ka, Limit: one, Hits: 1}, backend.Item{Key: kb, Limit: five, Hits: 1})
 	if !ok || ds[0].Remaining != 0 || ds[1].Remaining != 4 {
@@ -167,16 +170,16 @@ func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 // store decides exactly like Memory.
 func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	clock := newTestClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
-	mem := backend.NewMemory(backend.WithClock(clock), backend.WithSweepInterval(0))
+	clock := testutil.NewClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
+	mem := memory.New(memory.WithClock(clock), memory.WithSweepInterval(0))
 	t.Cleanup(func() { mem.Close() })
-	red := newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "mem:"})
+	red := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "mem:"})
 	limits := randomLimits(rng, 0, true, 6)
 	for step := 0; step < 300; step++ {
 		clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		items := randomItems(rng, limits)
 		for i := range items {
-			items[i].Key = backend.HashTagged("one", items[i].Key)
+			items[i].Key = redis.HashTagged("one", items[i].Key)
 		}
 		want, wantOK := redisApply(t, mem, items...)
 		got, gotOK := redisApply(t, red, items...)
@@ -188,10 +191,10 @@ func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 // one to three slots) decide exactly like the model of split requests.
 func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	clock := newTestClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
+	clock := testutil.NewClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
 	md := redisModel{}
 	const prefix = "model:"
-	red := newRedisStore(t, backend.RedisOptions{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: prefix})
+	red := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: prefix})
 	limits := randomLimits(rng, 0, true, 6)
 	tags := []string{"x", "y", "z"}
 	split := 0
@@ -201,8 +204,8 @@ func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 		slots := map[int]bool{}
 		for i := range items {
 			// Each key keeps one tag, as a descriptor's limits do.
-			items[i].Key = backend.HashTagged(tags[int(items[i].Key[1]-'0')%3], items[i].Key)
-			slots[backend.Slot(prefix+items[i].Key)] = true
+			items[i].Key = redis.HashTagged(tags[int(items[i].Key[1]-'0')%3], items[i].Key)
+			slots[redis.Slot(prefix+items[i].Key)] = true
 		}
 		if len(slots) > 1 {
 			split++

@@ -1,11 +1,13 @@
-package algotest
+package storetest
 
 import (
+	"time"
+
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
-// StoreCases returns the multi-item timelines that every Store must pass:
+// Cases returns the multi-item timelines that every Store must pass:
 // composite limits, all-or-nothing charging, shadow and quota modes, items
 // with the same key and checks. Each call returns fresh slices.
 //
@@ -15,7 +17,7 @@ import (
 // denying item. A denied request charges nothing, and each of its items
 // that would have allowed reports a check (hits 0) of its key's state as it
 // stays; its denying items report their own decisions.
-func StoreCases() []StoreCase {
+func Cases() []Case {
 	fw, tb, swl, swc, gcra := algorithms.FixedWindow, algorithms.TokenBucket,
 		algorithms.SlidingWindowLog, algorithms.SlidingWindowCounter, algorithms.GCRA
 
@@ -52,9 +54,9 @@ func StoreCases() []StoreCase {
 	log := lim(swl, 10, sec)
 	ca, cb, cc := lim(tb, 5, sec), lim(swl, 5, sec), algorithms.Limit{Algorithm: gcra, Requests: 5, Window: sec, Burst: 10}
 
-	return []StoreCase{{
+	return []Case{{
 		Name: "composite_minute_and_second",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, Items: both(1), WantAllowed: true,
 				Want: ds(ok(5, 4, minute), ok(2, 1, 500*ms))},
 			// sec: debt 1e6-1e5*2 = 8e5, +1e6.
@@ -80,7 +82,7 @@ func StoreCases() []StoreCase {
 		},
 	}, {
 		Name: "denial_charges_nothing",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{item("x", x, 1), item("y", y, 1), item("z", z, 1)},
 				Want:  ds(ok(3, 2, sec), ok(3, 2, 2*sec), ok(1, 0, sec))},
@@ -105,7 +107,7 @@ func StoreCases() []StoreCase {
 		},
 	}, {
 		Name: "shadow_never_denies",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{shadow("s", s, 1), item("e", e, 1)},
 				Want:  ds(ok(1, 0, sec), ok(10, 9, sec))},
@@ -128,7 +130,7 @@ func StoreCases() []StoreCase {
 		},
 	}, {
 		Name: "quota_groups",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, Items: quotaAll(1), WantAllowed: true,
 				Want: ds(ok(2, 1, sec), ok(5, 4, sec), ok(1, 0, sec), ok(100, 99, sec))},
 			// Group 1 denies, group 0 does not: allowed; q1 is not charged.
@@ -153,7 +155,7 @@ func StoreCases() []StoreCase {
 		},
 	}, {
 		Name: "same_key_in_order",
-		Steps: []StoreStep{
+		Steps: []Step{
 			// The second item sees the first's hits and denies; the first then
 			// reports a check of the fresh key.
 			{At: 0, WantAllowed: false,
@@ -175,7 +177,7 @@ func StoreCases() []StoreCase {
 		// intact (a store going back two derivations must not find the
 		// entry at 0 overwritten by the second item's entry).
 		Name: "same_key_log_chain_then_denied",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, Items: []backend.Item{item("log", log, 1)}, WantAllowed: true, Want: ds(ok(10, 9, sec))},
 			{At: ms, Items: []backend.Item{item("log", log, 1)}, WantAllowed: true, Want: ds(ok(10, 8, sec))},
 			{At: 2 * ms, Items: []backend.Item{item("log", log, 1)}, WantAllowed: true, Want: ds(ok(10, 7, sec))},
@@ -190,7 +192,7 @@ func StoreCases() []StoreCase {
 		},
 	}, {
 		Name: "checks_hits_zero",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{item("a", ca, 0), item("b", cb, 0), item("c", cc, 0)},
 				Want:  ds(ok(5, 5, 0), ok(5, 5, 0), ok(10, 10, 0))},
@@ -211,8 +213,29 @@ func StoreCases() []StoreCase {
 		},
 	}, {
 		Name: "empty_request",
-		Steps: []StoreStep{
+		Steps: []Step{
 			{At: 0, WantAllowed: true, Items: nil, Want: ds()},
 		},
 	}}
+}
+
+// Shorthands for the tables.
+const (
+	us     = time.Microsecond
+	ms     = time.Millisecond
+	sec    = time.Second
+	minute = time.Minute
+	never  = algorithms.Never
+)
+
+func lim(k algorithms.Kind, requests uint64, window time.Duration) algorithms.Limit {
+	return algorithms.Limit{Algorithm: k, Requests: requests, Window: window}
+}
+
+func ok(limit, remaining uint64, reset time.Duration) algorithms.Decision {
+	return algorithms.Decision{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset}
+}
+
+func no(limit, remaining uint64, retry, reset time.Duration) algorithms.Decision {
+	return algorithms.Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
 }

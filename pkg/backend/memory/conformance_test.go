@@ -1,19 +1,22 @@
-package backend_test
+package memory_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms/algotest"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/storetest"
 )
 
 // memoryDecider returns an algotest decide function that runs each step as a
 // one-item Apply on m at the step's instant; with sweep, the store sweeps at
 // that instant first.
-func memoryDecider(t *testing.T, m *backend.Memory, clock *testClock, l algorithms.Limit, sweep bool) func(time.Time, uint64) algorithms.Decision {
+func memoryDecider(t *testing.T, m *memory.Store, clock *testutil.Clock, l algorithms.Limit, sweep bool) func(time.Time, uint64) algorithms.Decision {
 	return func(at time.Time, hits uint64) algorithms.Decision {
 		t.Helper()
 		clock.Set(at)
@@ -29,17 +32,6 @@ func memoryDecider(t *testing.T, m *backend.Memory, clock *testClock, l algorith
 			t.Errorf("verdict %v for a single enforced item decided %v", ok, out[0].Allowed)
 		}
 		return out[0]
-	}
-}
-
-// TestMemoryAlgotestCases runs every shared single-key timeline against the
-// store, one Apply per step at the step's instant.
-func TestMemoryAlgotestCases(t *testing.T) {
-	for _, c := range algotest.Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			m, clock := newTestMemory(t)
-			algotest.Run(t, c, memoryDecider(t, m, clock, c.Limit, false))
-		})
 	}
 }
 
@@ -75,21 +67,10 @@ func forward(steps []algotest.Step) bool {
 	return true
 }
 
-// TestMemoryAlgotestStoreCases runs every shared multi-item timeline against
-// a fresh store.
-func TestMemoryAlgotestStoreCases(t *testing.T) {
-	for _, c := range algotest.StoreCases() {
-		t.Run(c.Name, func(t *testing.T) {
-			m, clock := newTestMemory(t)
-			algotest.RunStore(t, c, func(at time.Time, items []backend.Item) (bool, []algorithms.Decision) {
-				clock.Set(at)
-				out := make([]algorithms.Decision, len(items))
-				ok, err := m.Apply(context.Background(), items, out)
-				if err != nil {
-					t.Fatalf("Apply: %v", err)
-				}
-				return ok, out
-			})
-		})
-	}
+// TestConformance runs the store conformance kit: every shared timeline,
+// single-key and multi-item, against a fresh store.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock backend.Clock) backend.Store {
+		return memory.New(memory.WithClock(clock), memory.WithSweepInterval(0))
+	})
 }

@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // TestRedisFailureRecovery kills redis-server under concurrent load and
@@ -21,7 +23,7 @@ import (
 func TestRedisFailureRecovery(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	baseline := runtime.NumGoroutine()
-	r, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL(), PoolSize: 8})
+	r, err := redis.New(redis.Options{URL: srv.URL(), PoolSize: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,15 +65,15 @@ func TestRedisFailureRecovery(t *testing.T) {
 			}
 		}()
 	}
-	waitUntil(t, "calls succeed", 10*time.Second, func() bool { return ok.Load() > 200 })
+	testutil.WaitFor(t, 10*time.Second, "calls succeed", func() bool { return ok.Load() > 200 })
 
 	srv.Stop()
 	f0 := failed.Load()
-	waitUntil(t, "calls fail while Redis is down", 10*time.Second, func() bool { return failed.Load() > f0+200 })
+	testutil.WaitFor(t, 10*time.Second, "calls fail while Redis is down", func() bool { return failed.Load() > f0+200 })
 
 	srv.Restart()
 	o0 := ok.Load()
-	waitUntil(t, "calls succeed again after Redis returns", 10*time.Second, func() bool { return ok.Load() > o0+200 })
+	testutil.WaitFor(t, 10*time.Second, "calls succeed again after Redis returns", func() bool { return ok.Load() > o0+200 })
 	close(stop)
 	wg.Wait()
 
@@ -87,7 +89,7 @@ func TestRedisFailureRecovery(t *testing.T) {
 	}
 	t.Logf("ok %d, failed %d, worst overrun %v, stats %+v", ok.Load(), failed.Load(), time.Duration(worst.Load()), st)
 	r.Close()
-	waitUntil(t, "goroutines end", 10*time.Second, func() bool { return runtime.NumGoroutine() <= baseline })
+	testutil.WaitFor(t, 10*time.Second, "goroutines end", func() bool { return runtime.NumGoroutine() <= baseline })
 }
 
 // TestRedisStartsWhileDown: NewRedis succeeds while Redis is down, calls
@@ -95,7 +97,7 @@ func TestRedisFailureRecovery(t *testing.T) {
 func TestRedisStartsWhileDown(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	srv.Stop()
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL()})
+	r := newRedisStore(t, redis.Options{URL: srv.URL()})
 	items := []backend.Item{{Key: "k", Limit: longLimit(algorithms.FixedWindow, 10), Hits: 1}}
 	out := make([]algorithms.Decision, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -109,7 +111,7 @@ func TestRedisStartsWhileDown(t *testing.T) {
 		t.Fatalf("Apply took %v with Redis down", d)
 	}
 	srv.Restart()
-	waitUntil(t, "Apply works after Redis starts", 10*time.Second, func() bool {
+	testutil.WaitFor(t, 10*time.Second, "Apply works after Redis starts", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := r.Apply(ctx, items, out)

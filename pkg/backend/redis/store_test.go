@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // longLimit returns a limit of kind k that lets nothing refill or slide out
@@ -29,7 +31,7 @@ func longLimit(k algorithms.Kind, l uint64) algorithms.Limit {
 func TestRedisTTL(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rc := srv.Client()
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "ttl:"})
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "ttl:"})
 	ctx := context.Background()
 	for _, k := range algorithms.Kinds() {
 		t.Run(k.String(), func(t *testing.T) {
@@ -71,21 +73,9 @@ func TestRedisTTL(t *testing.T) {
 		l := algorithms.Limit{Algorithm: k, Requests: 2, Window: 30 * time.Millisecond}
 		key := "short:" + k.String()
 		redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 2})
-		waitUntil(t, "key "+key+" expires", 3*time.Second, func() bool {
+		testutil.WaitFor(t, 3*time.Second, "key "+key+" expires", func() bool {
 			return rc.Exists(ctx, "ttl:"+key).Val() == 0
 		})
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after limit.
-func waitUntil(t testing.TB, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -140,7 +130,7 @@ func TestRedisExactConcurrent(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/cache=%v", k, cache), func(t *testing.T) {
 				var stores []backend.Store
 				for i := 0; i < 3; i++ {
-					stores = append(stores, newRedisStore(t, backend.RedisOptions{
+					stores = append(stores, newRedisStore(t, redis.Options{
 						URL: srv.URL(), KeyPrefix: "exact:", LocalDenyCache: cache, PoolSize: 4,
 					}))
 				}
@@ -164,8 +154,8 @@ func TestRedisAllOrNothingConcurrent(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rc := srv.Client()
 	stores := []backend.Store{
-		newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "aon:"}),
-		newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "aon:", BatchWindow: 100 * time.Microsecond}),
+		newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "aon:"}),
+		newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "aon:", BatchWindow: 100 * time.Microsecond}),
 	}
 	small := longLimit(algorithms.FixedWindow, 40)
 	big := longLimit(algorithms.FixedWindow, 1000)
@@ -186,7 +176,7 @@ func TestRedisAllOrNothingConcurrent(t *testing.T) {
 func TestRedisNoScript(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rc := srv.Client()
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL()})
+	r := newRedisStore(t, redis.Options{URL: srv.URL()})
 	l := longLimit(algorithms.TokenBucket, 10)
 	redisApply(t, r, backend.Item{Key: "k", Limit: l, Hits: 1})
 	before := r.Stats()
@@ -212,8 +202,8 @@ func TestRedisNoScript(t *testing.T) {
 // with honest numbers; anything else still goes to Redis.
 func TestRedisLocalDenyCache(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newTestClock(algorithmsBase())
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
+	clock := testutil.NewClock(testutil.Base)
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 3, Window: time.Second}
 	item := func(key string, hits uint64) backend.Item { return backend.Item{Key: key, Limit: l, Hits: hits} }
 
@@ -261,9 +251,6 @@ func TestRedisLocalDenyCache(t *testing.T) {
 	}
 }
 
-// algorithmsBase is an instant aligned to every window up to an hour.
-func algorithmsBase() time.Time { return time.Unix(1_800_000_000, 0).UTC() }
-
 // TestRedisClockSkew shows that the instances' own clocks do not matter:
 // two stores in TIME mode (as two instances whose clocks differ) share a
 // 1-second fixed window exactly, and their ResetAfter is the end of the
@@ -278,10 +265,10 @@ func TestRedisClockSkew(t *testing.T) {
 
 	// Own clocks half a window apart: each store counts in its own window.
 	now := time.Now()
-	skewA := newTestClock(now.Truncate(time.Second).Add(200 * time.Millisecond))
-	skewB := newTestClock(now.Truncate(time.Second).Add(700 * time.Millisecond))
-	a := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: skewA, KeyPrefix: "skew:"})
-	b := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: skewB, KeyPrefix: "skew:"})
+	skewA := testutil.NewClock(now.Truncate(time.Second).Add(200 * time.Millisecond))
+	skewB := testutil.NewClock(now.Truncate(time.Second).Add(700 * time.Millisecond))
+	a := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: skewA, KeyPrefix: "skew:"})
+	b := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: skewB, KeyPrefix: "skew:"})
 	var allowed int
 	for i := 0; i < 4; i++ {
 		skewA.Advance(100 * time.Millisecond) // A reaches 600ms; B 1100ms, the next window
@@ -297,11 +284,11 @@ func TestRedisClockSkew(t *testing.T) {
 	}
 
 	// TIME mode: whatever the instances' clocks, Redis's decides.
-	x := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "skew:"})
-	y := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), KeyPrefix: "skew:"})
+	x := newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "skew:"})
+	y := newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "skew:"})
 	// Start in the first half of a second on Redis's clock, so that the 8
 	// requests below fall into one window.
-	waitUntil(t, "the first half of a second on Redis's clock", 3*time.Second, func() bool {
+	testutil.WaitFor(t, 3*time.Second, "the first half of a second on Redis's clock", func() bool {
 		tm := rc.Time(ctx).Val()
 		return tm.Sub(tm.Truncate(time.Second)) < 500*time.Millisecond
 	})
@@ -335,8 +322,8 @@ func TestRedisClockSkew(t *testing.T) {
 // ever, and a huge remaining saturates.
 func TestRedisHugeValues(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newTestClock(algorithmsBase())
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock})
+	clock := testutil.NewClock(testutil.Base)
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock})
 	for _, k := range algorithms.Kinds() {
 		l := algorithms.Limit{Algorithm: k, Requests: 1000, Window: time.Second}
 		ds, ok := redisApply(t, r, backend.Item{Key: "huge-hits:" + k.String(), Limit: l, Hits: math.MaxUint64})
@@ -352,7 +339,7 @@ func TestRedisHugeValues(t *testing.T) {
 }
 
 func TestRedisOptionsErrors(t *testing.T) {
-	for _, o := range []backend.RedisOptions{
+	for _, o := range []redis.Options{
 		{},
 		{URL: "http://localhost"},
 		{URL: "redis://localhost", KeyPrefix: "a{b"},
@@ -361,7 +348,7 @@ func TestRedisOptionsErrors(t *testing.T) {
 		{URL: "redis://localhost", BatchSize: -1},
 		{URL: "redis://localhost", BatchWindow: -time.Second},
 	} {
-		if r, err := backend.NewRedis(o); err == nil {
+		if r, err := redis.New(o); err == nil {
 			r.Close()
 			t.Errorf("NewRedis(%+v) succeeded", o)
 		}
@@ -370,7 +357,7 @@ func TestRedisOptionsErrors(t *testing.T) {
 
 func TestRedisClosed(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	r, err := backend.NewRedis(backend.RedisOptions{URL: srv.URL()})
+	r, err := redis.New(redis.Options{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +376,7 @@ func TestRedisClosed(t *testing.T) {
 func TestRedisSentinel(t *testing.T) {
 	m := redistest.StartStandalone(t)
 	s := redistest.StartSentinel(t, m, "rls-master")
-	r := newRedisStore(t, backend.RedisOptions{SentinelAddrs: []string{s.Addr()}, SentinelMaster: "rls-master", KeyPrefix: "sentinel:"})
+	r := newRedisStore(t, redis.Options{SentinelAddrs: []string{s.Addr()}, SentinelMaster: "rls-master", KeyPrefix: "sentinel:"})
 	l := longLimit(algorithms.FixedWindow, 2)
 	for i, want := range []bool{true, true, false} {
 		if _, ok := redisApply(t, r, backend.Item{Key: "k", Limit: l, Hits: 1}); ok != want {

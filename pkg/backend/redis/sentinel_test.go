@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // TestRedisSentinelFailoverKeepsReplicatedCounts: a store on Sentinel
@@ -21,10 +23,10 @@ func TestRedisSentinelFailoverKeepsReplicatedCounts(t *testing.T) {
 	master := redistest.StartStandalone(t)
 	replica := redistest.StartReplica(t, master)
 	sentinel := redistest.StartFailoverSentinel(t, master, "rls", replica)
-	r := newRedisStore(t, backend.RedisOptions{SentinelAddrs: []string{sentinel.Addr()}, SentinelMaster: "rls"})
+	r := newRedisStore(t, redis.Options{SentinelAddrs: []string{sentinel.Addr()}, SentinelMaster: "rls"})
 
 	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 5, Window: time.Hour}
-	key := backend.HashTagged("sentinel", "kept")
+	key := redis.HashTagged("sentinel", "kept")
 	for i := 0; i < 3; i++ {
 		if _, allowed := redisApply(t, r, backend.Item{Key: key, Limit: limit, Hits: 1}); !allowed {
 			t.Fatalf("hit %d of 5 denied", i+1)
@@ -39,7 +41,7 @@ func TestRedisSentinelFailoverKeepsReplicatedCounts(t *testing.T) {
 	master.Stop()
 	// No master: Apply fails, within its deadline plus slack.
 	const timeout = 200 * time.Millisecond
-	probe := []backend.Item{{Key: backend.HashTagged("sentinel", "probe"), Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}, Hits: 1}}
+	probe := []backend.Item{{Key: redis.HashTagged("sentinel", "probe"), Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}, Hits: 1}}
 	out := make([]algorithms.Decision, 1)
 	for i := 0; i < 3; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -56,7 +58,7 @@ func TestRedisSentinelFailoverKeepsReplicatedCounts(t *testing.T) {
 	}
 
 	redistest.WaitPromoted(t, sentinel, "rls", replica, 20*time.Second)
-	waitUntil(t, "the store reaches the promoted replica", 10*time.Second, func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the store reaches the promoted replica", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		_, err := r.Apply(ctx, probe, out)

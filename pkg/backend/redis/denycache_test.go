@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"sync/atomic"
@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // steppingClock moves forward by step after every reading, as real time
@@ -28,10 +30,10 @@ func (c *steppingClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 // reply travels back must not push the local denial past T+R.
 func TestRedisLocalDenyCacheNeverOutlivesTheDenial(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	base := time.Unix(1_800_000_000, 0).UTC()
+	base := testutil.Base
 	clock := &steppingClock{step: (10 * time.Millisecond).Microseconds()}
 	clock.Set(base)
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
 	item := backend.Item{Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1, Window: time.Second}, Hits: 1}
 
 	if _, ok := redisApply(t, r, item); !ok {

@@ -1,4 +1,4 @@
-package backend_test
+package redis_test
 
 import (
 	"context"
@@ -8,15 +8,18 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
 // newRedisStore returns a store on addr (a redis:// URL unless opts says
 // otherwise), closed when the test ends.
-func newRedisStore(t testing.TB, opts backend.RedisOptions) *backend.Redis {
+func newRedisStore(t testing.TB, opts redis.Options) *redis.Store {
 	t.Helper()
-	r, err := backend.NewRedis(opts)
+	r, err := redis.New(opts)
 	if err != nil {
 		t.Fatalf("NewRedis: %v", err)
 	}
@@ -38,8 +41,8 @@ func redisApply(t testing.TB, s backend.Store, items ...backend.Item) ([]algorit
 
 func TestRedisSmoke(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	clock := newTestClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	r := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock})
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock})
 	for _, k := range algorithms.Kinds() {
 		l := algorithms.Limit{Algorithm: k, Requests: 3, Window: time.Second}
 		key := "smoke:" + k.String()
@@ -120,7 +123,7 @@ func (md redisModel) applySplit(items []backend.Item, now time.Time, prefix stri
 	var slots []int
 	bySlot := map[int][]int{}
 	for i, it := range items {
-		s := backend.Slot(prefix + it.Key)
+		s := redis.Slot(prefix + it.Key)
 		if _, ok := bySlot[s]; !ok {
 			slots = append(slots, s)
 		}
@@ -195,10 +198,10 @@ func TestRedisMatchesMemoryRandom(t *testing.T) {
 	start := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
 	forEachKindAndMixed(t, func(t *testing.T, seed int, k algorithms.Kind, mixed bool, name string) {
 		rng := rand.New(rand.NewPCG(uint64(seed)+1, 42))
-		clock := newTestClock(start)
-		mem := backend.NewMemory(backend.WithClock(clock), backend.WithSweepInterval(0))
+		clock := testutil.NewClock(start)
+		mem := memory.New(memory.WithClock(clock), memory.WithSweepInterval(0))
 		t.Cleanup(func() { mem.Close() })
-		red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "mem:" + name + ":"})
+		red := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: "mem:" + name + ":"})
 		limits := randomLimits(rng, k, mixed, 5)
 		for step := 0; step < 400; step++ {
 			switch rng.IntN(4) {
@@ -228,9 +231,9 @@ func TestRedisMatchesModelClockSteps(t *testing.T) {
 	start := time.Date(2031, 3, 4, 5, 6, 7, 891011000, time.UTC)
 	forEachKindAndMixed(t, func(t *testing.T, seed int, k algorithms.Kind, mixed bool, name string) {
 		rng := rand.New(rand.NewPCG(uint64(seed)+7, 43))
-		clock := newTestClock(start)
+		clock := testutil.NewClock(start)
 		md := redisModel{}
-		red := newRedisStore(t, backend.RedisOptions{URL: srv.URL(), Clock: clock, KeyPrefix: "model:" + name + ":"})
+		red := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: "model:" + name + ":"})
 		limits := randomLimits(rng, k, mixed, 5)
 		backs := 0
 		for step := 0; step < 400; step++ {

@@ -1,0 +1,50 @@
+// Package testutil holds the helpers the tests of several packages share:
+// the one fake they use (a manual clock), a polling wait, and the instant
+// the timelines start from. It imports nothing of this module.
+package testutil
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Base is the instant every timeline starts from: 2027-01-15T08:00:00Z, Unix
+// second 1_800_000_000 = 2^9·3^2·5^8, so it is aligned to every window that
+// divides an hour (1s, 10s, 1m, 1h) but lies 1s into a 7s window and 8h
+// into a day.
+var Base = time.Unix(1_800_000_000, 0).UTC()
+
+// Clock is the tests' manual clock (the only fake they use): it moves only
+// when a test moves it, and is safe for concurrent use.
+type Clock struct{ ns atomic.Int64 }
+
+// NewClock returns a Clock standing at t.
+func NewClock(t time.Time) *Clock {
+	c := &Clock{}
+	c.Set(t)
+	return c
+}
+
+// Now returns the clock's instant, in UTC.
+func (c *Clock) Now() time.Time { return time.Unix(0, c.ns.Load()).UTC() }
+
+// Set moves the clock to t, forwards or backwards.
+func (c *Clock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
+
+// Advance moves the clock by d, which may be negative.
+func (c *Clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// WaitFor polls cond every millisecond until it holds, failing the test
+// when it still does not hold after timeout. what names the condition in
+// the failure.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

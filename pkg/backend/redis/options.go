@@ -1,0 +1,189 @@
+package redis
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// Defaults of Options.
+const (
+	// DefaultDialTimeout bounds connecting to a server when
+	// Options.DialTimeout is zero.
+	DefaultDialTimeout = 500 * time.Millisecond
+	// DefaultIOTimeout bounds a read or a write on a connection when
+	// Options.ReadTimeout or WriteTimeout is zero. Calls with a context
+	// deadline (every call of pkg/rls has one) are bounded by it instead.
+	DefaultIOTimeout = 500 * time.Millisecond
+	// DefaultBatchSize is the most script calls sent in one pipeline
+	// when Options.BatchSize is zero.
+	DefaultBatchSize = 64
+	// DefaultLocalDenyCacheSize is the most keys the local deny cache holds
+	// when Options.LocalDenyCacheSize is zero.
+	DefaultLocalDenyCacheSize = 100_000
+)
+
+// Options configure a Redis store. Exactly one of URL (standalone),
+// SentinelAddrs (Sentinel) and ClusterAddrs (Cluster) selects the servers;
+// with Sentinel or Cluster, a URL may be given as well for its credentials,
+// database and TLS (its host is ignored).
+type Options struct {
+	// URL is redis://[user:pass@]host:port/db, or rediss:// for TLS, in the
+	// format of go-redis ParseURL (query parameters such as dial_timeout
+	// are honoured, but the fields below win when set).
+	URL string
+	// SentinelAddrs are the Sentinels' host:port addresses; SentinelMaster
+	// names the monitored master. SentinelPassword authenticates to the
+	// Sentinels (not to the master).
+	SentinelAddrs    []string
+	SentinelMaster   string
+	SentinelPassword string
+	// ClusterAddrs are some of a Redis Cluster's nodes, host:port.
+	ClusterAddrs []string
+	// Username and Password override the URL's credentials when set.
+	Username, Password string
+	// TLS, when set, is used for the connections to the servers (URL's
+	// rediss:// scheme sets it for a standalone server).
+	TLS *tls.Config
+
+	// PoolSize is the most connections per server; it also bounds the
+	// pipelines in flight. Zero selects go-redis's default, 10 per CPU.
+	PoolSize int
+	// DialTimeout, ReadTimeout and WriteTimeout bound connecting and each
+	// read and write; zero selects DefaultDialTimeout and
+	// DefaultIOTimeout. A call's context deadline, when earlier, wins.
+	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+
+	// KeyPrefix is prepended to every Item.Key to form the Redis key. It
+	// must not contain '{' or '}', which would change the keys' hash slots.
+	KeyPrefix string
+
+	// BatchWindow is how long the first of several concurrent requests
+	// waits for others to join its pipeline. Zero (the default) never waits:
+	// requests that arrive while every connection is busy with a pipeline
+	// queue up and are sent together in the next one, so batches form
+	// exactly when the round trip is the bottleneck, and an idle store adds
+	// no latency. A positive window trades that latency for fewer, larger
+	// pipelines at moderate load.
+	BatchWindow time.Duration
+	// BatchSize is the most script calls in one pipeline. Zero selects
+	// DefaultBatchSize; 1 disables pipelining.
+	BatchSize int
+
+	// LocalDenyCache enables the local deny cache: an item that Redis
+	// denied for n hits with a RetryAfter of T is remembered, and until T
+	// a request is denied without a Redis call when every one of its items
+	// is such a remembered denial for at least as many hits (see
+	// Store.Apply).
+	LocalDenyCache bool
+	// LocalDenyCacheSize bounds the keys the local deny cache holds. Zero
+	// selects DefaultLocalDenyCacheSize.
+	LocalDenyCacheSize int
+
+	// Clock is for tests only. When nil (production), the script takes now
+	// from Redis's own TIME, so instances with skewed clocks agree. When
+	// set, Apply reads it once and passes now to the script, so a test can
+	// drive Redis along a timeline; state keys then get no TTL, since test
+	// time does not pass with real time (fresh states are still deleted).
+	Clock backend.Clock
+}
+
+// newClient builds the go-redis client of opts. It returns whether it
+// is a Cluster client and the pool size asked for (0: go-redis's default).
+func newClient(opts Options) (goredis.UniversalClient, bool, int, error) {
+	modes := 0
+	if len(opts.SentinelAddrs) > 0 {
+		modes++
+	}
+	if len(opts.ClusterAddrs) > 0 {
+		modes++
+	}
+	if modes == 0 && opts.URL == "" {
+		return nil, false, 0, errors.New("redis: redis needs a URL, Sentinel addresses or Cluster addresses")
+	}
+	if modes > 1 {
+		return nil, false, 0, errors.New("redis: redis Sentinel and Cluster addresses are exclusive")
+	}
+	if len(opts.SentinelAddrs) > 0 && opts.SentinelMaster == "" {
+		return nil, false, 0, errors.New("redis: redis Sentinel needs a master name")
+	}
+	base := &goredis.Options{}
+	if opts.URL != "" {
+		var err error
+		if base, err = goredis.ParseURL(opts.URL); err != nil {
+			return nil, false, 0, fmt.Errorf("redis: redis URL: %w", err)
+		}
+	}
+	if opts.Username != "" {
+		base.Username = opts.Username
+	}
+	if opts.Password != "" {
+		base.Password = opts.Password
+	}
+	if opts.TLS != nil {
+		base.TLSConfig = opts.TLS
+	}
+	if opts.PoolSize > 0 {
+		base.PoolSize = opts.PoolSize
+	}
+	base.DialTimeout = pick(opts.DialTimeout, base.DialTimeout, DefaultDialTimeout)
+	base.ReadTimeout = pick(opts.ReadTimeout, base.ReadTimeout, DefaultIOTimeout)
+	base.WriteTimeout = pick(opts.WriteTimeout, base.WriteTimeout, DefaultIOTimeout)
+	// A script call that fails on a broken connection may have run: retrying
+	// it could charge twice. Errors go to the caller's failure policy.
+	base.MaxRetries = -1
+	base.ContextTimeoutEnabled = true
+	base.DisableIdentity = true
+
+	switch {
+	case len(opts.ClusterAddrs) > 0:
+		return goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs:                 opts.ClusterAddrs,
+			Username:              base.Username,
+			Password:              base.Password,
+			TLSConfig:             base.TLSConfig,
+			PoolSize:              base.PoolSize,
+			DialTimeout:           base.DialTimeout,
+			ReadTimeout:           base.ReadTimeout,
+			WriteTimeout:          base.WriteTimeout,
+			MaxRetries:            base.MaxRetries,
+			ContextTimeoutEnabled: true,
+			DisableIdentity:       true,
+		}), true, base.PoolSize, nil
+	case len(opts.SentinelAddrs) > 0:
+		return goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            opts.SentinelMaster,
+			SentinelAddrs:         opts.SentinelAddrs,
+			SentinelPassword:      opts.SentinelPassword,
+			Username:              base.Username,
+			Password:              base.Password,
+			DB:                    base.DB,
+			TLSConfig:             base.TLSConfig,
+			PoolSize:              base.PoolSize,
+			DialTimeout:           base.DialTimeout,
+			ReadTimeout:           base.ReadTimeout,
+			WriteTimeout:          base.WriteTimeout,
+			MaxRetries:            base.MaxRetries,
+			ContextTimeoutEnabled: true,
+			DisableIdentity:       true,
+		}), false, base.PoolSize, nil
+	default:
+		return goredis.NewClient(base), false, base.PoolSize, nil
+	}
+}
+
+// pick returns the first positive duration of set, parsed and def.
+func pick(set, parsed, def time.Duration) time.Duration {
+	switch {
+	case set > 0:
+		return set
+	case parsed > 0:
+		return parsed
+	}
+	return def
+}

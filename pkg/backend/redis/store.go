@@ -1,0 +1,259 @@
+// Package redis is the backend.Store backed by Redis (standalone, Sentinel
+// or Cluster) through go-redis: one Lua script call (lua/apply.lua, the twin
+// of pkg/algorithms) decides a request's items, concurrent requests share
+// pipelines, and an optional local deny cache answers repeated denials
+// without a round trip.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// Redis is the Store backed by Redis: standalone, Sentinel or Cluster,
+// through go-goredis. Each request's items are decided by one Lua script call
+// (apply.lua, the twin of pkg/algorithms) that takes now from Redis's TIME,
+// so every instance sharing a Redis agrees on time and on counts. Concurrent
+// requests share pipelines (see Options.BatchWindow), so a request
+// costs at most one round trip, and less under load.
+//
+// All or nothing: on a standalone or Sentinel server, and on a Cluster when
+// all of a request's keys share one hash slot (see HashTagged), the script
+// decides every item and charges nothing when the request is denied,
+// exactly like the memory store.
+//
+// A request whose keys fall into several Cluster slots is split into one
+// script call per slot, each atomic on its own node and all sent in the same
+// pipeline. No call sees the others' decisions, so each charges its allowing
+// items unless one of its own Enforced items denies. Then:
+//   - when the request is allowed, every item whose decision allows is
+//     charged, exactly as on one slot: the limits are never exceeded (the
+//     store stays exact);
+//   - when the request is denied, the slots where no Enforced item denied
+//     are charged anyway: a denied request may be over-charged on those
+//     slots (and their Decisions report the charged state). A denial that
+//     comes only from Quota groups spread over several slots charges every
+//     slot. Nothing is ever under-charged.
+//
+// Failures: New does not connect; go-redis connects lazily and
+// reconnects by itself, so a Redis that is down at start-up or restarts
+// later only makes the calls in between fail. Apply returns ctx's error as
+// soon as ctx is done, whatever Redis does. Failure policy (allow or deny)
+// is the caller's.
+type Store struct {
+	client  goredis.UniversalClient
+	cluster bool
+	prefix  string
+	clock   backend.Clock // nil: Redis's TIME
+
+	window    time.Duration
+	batchSize int
+	queue     chan *call
+	sem       chan struct{} // one token per pipeline in flight
+
+	deny      *otter.Cache[string, denial] // nil when disabled
+	denyClock backend.Clock
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{}
+	wg        sync.WaitGroup
+
+	requests, roundTrips, scriptCalls atomic.Uint64
+	localDenials, errs, reloads       atomic.Uint64
+}
+
+var _ backend.Store = (*Store)(nil)
+
+// New returns a Redis store for opts. It checks the options but does
+// not connect: it succeeds while Redis is down. Call Close to release it.
+func New(opts Options) (*Store, error) {
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("redis: redis key prefix %q must not contain '{' or '}'", opts.KeyPrefix)
+	}
+	if opts.BatchSize < 0 || opts.PoolSize < 0 || opts.LocalDenyCacheSize < 0 {
+		return nil, errors.New("redis: redis batch size, pool size and deny cache size must not be negative")
+	}
+	if opts.BatchWindow < 0 {
+		return nil, errors.New("redis: redis batch window must not be negative")
+	}
+	client, cluster, poolSize, err := newClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Store{
+		client:    client,
+		cluster:   cluster,
+		prefix:    opts.KeyPrefix,
+		clock:     opts.Clock,
+		window:    opts.BatchWindow,
+		batchSize: opts.BatchSize,
+		stop:      make(chan struct{}),
+	}
+	if r.batchSize == 0 {
+		r.batchSize = DefaultBatchSize
+	}
+	workers := poolSize
+	if workers == 0 {
+		workers = 10 * runtime.GOMAXPROCS(0) // go-redis's default pool size
+	}
+	r.sem = make(chan struct{}, workers)
+	r.queue = make(chan *call, 4*r.batchSize)
+	if opts.LocalDenyCache {
+		size := opts.LocalDenyCacheSize
+		if size == 0 {
+			size = DefaultLocalDenyCacheSize
+		}
+		r.denyClock = opts.Clock
+		if r.denyClock == nil {
+			r.denyClock = backend.MonotonicClock()
+		}
+		r.deny = otter.Must(&otter.Options[string, denial]{
+			MaximumSize: size,
+			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, denial]) time.Duration {
+				return e.Value.ttl
+			}),
+		})
+	}
+	r.wg.Add(1)
+	go r.collect()
+	return r, nil
+}
+
+// Stats are counters of a Redis store, for metrics.
+type Stats struct {
+	// Requests counts Apply calls with at least one item.
+	Requests uint64
+	// RoundTrips counts pipelines sent. On a Cluster one pipeline reaches
+	// the nodes of its calls in parallel and counts once.
+	RoundTrips uint64
+	// ScriptCalls counts script calls (EVALSHA, or EVAL after NOSCRIPT):
+	// one per request, or one per slot of a request split across slots.
+	ScriptCalls uint64
+	// LocalDenials counts requests denied by the local deny cache without
+	// a Redis call.
+	LocalDenials uint64
+	// Errors counts Apply calls that returned an error, including those
+	// whose context ended first.
+	Errors uint64
+	// ScriptReloads counts pipelines re-sent with EVAL because the server
+	// did not have the script (NOSCRIPT, e.g. after a restart).
+	ScriptReloads uint64
+}
+
+// Stats returns the store's counters.
+func (r *Store) Stats() Stats {
+	return Stats{
+		Requests:      r.requests.Load(),
+		RoundTrips:    r.roundTrips.Load(),
+		ScriptCalls:   r.scriptCalls.Load(),
+		LocalDenials:  r.localDenials.Load(),
+		Errors:        r.errs.Load(),
+		ScriptReloads: r.reloads.Load(),
+	}
+}
+
+// Close stops the store: calls waiting for a pipeline return backend.ErrClosed,
+// pipelines in flight finish, and the connections close. Apply returns
+// backend.ErrClosed afterwards. Close is idempotent.
+func (r *Store) Close() error {
+	var err error
+	r.closeOnce.Do(func() {
+		r.closed.Store(true)
+		close(r.stop)
+		r.wg.Wait()
+		if r.deny != nil {
+			r.deny.StopAllGoroutines()
+		}
+		err = r.client.Close()
+	})
+	return err
+}
+
+// Apply implements Store. See Redis for the atomicity it guarantees. It
+// returns backend.ErrClosed after Close, ctx.Err() when ctx ends first (the script
+// may still run), and an error when Redis fails or answers something
+// unexpected; then nothing is known about what was charged.
+//
+// With the local deny cache enabled, a request is answered without Redis
+// when every item has hits > 0 and a remembered denial of its key for at
+// most as many hits that has not yet passed (until its RetryAfter); its
+// Decisions then report what Redis said at that denial (Remaining as of
+// then, RetryAfter and ResetAfter counted down), nothing is charged, and
+// the verdict is computed as usual. Such a denial stays true until then
+// because the key encodes the limit (a per-request override has another
+// key) and only time can lower a key's count.
+func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	if r.closed.Load() {
+		return false, backend.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	n := len(items)
+	if len(out) < n {
+		return false, fmt.Errorf("redis: %d decisions for %d items", len(out), n)
+	}
+	if n == 0 {
+		return true, nil
+	}
+	r.requests.Add(1)
+	// start is read before the script runs, so a denial remembered as
+	// lasting RetryAfter from start never outlives the true one, which
+	// counts from the script's later instant.
+	var start int64
+	if r.deny != nil {
+		start = r.denyClock.Now().UnixMicro()
+		if allowed, ok := r.fromDenyCache(start, items, out[:n]); ok {
+			r.localDenials.Add(1)
+			return allowed, nil
+		}
+	}
+	c := r.newCall(ctx, items)
+	if err := r.do(c); err != nil {
+		r.errs.Add(1)
+		return false, err
+	}
+	for i := range c.groups {
+		if err := decodeReply(&c.groups[i], items, out); err != nil {
+			r.errs.Add(1)
+			return false, err
+		}
+	}
+	if r.deny != nil {
+		r.rememberDenials(start, items, out[:n])
+	}
+	return backend.Verdict(items, out[:n]), nil
+}
+
+// do queues c for a pipeline and waits until it has run, ctx ends or the
+// store closes.
+func (r *Store) do(c *call) error {
+	select {
+	case r.queue <- c:
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	case <-r.stop:
+		return backend.ErrClosed
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	case <-r.stop:
+		return backend.ErrClosed
+	}
+}

@@ -1,0 +1,136 @@
+package storetest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms/algotest"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/storetest"
+)
+
+// TestCasesAreWellFormed: unique names (also against algotest's), one
+// decision per item, valid limits.
+func TestCasesAreWellFormed(t *testing.T) {
+	names := map[string]bool{}
+	for _, c := range algotest.Cases() {
+		names[c.Name] = true
+	}
+	for _, c := range storetest.Cases() {
+		if names[c.Name] {
+			t.Errorf("duplicate case %q", c.Name)
+		}
+		names[c.Name] = true
+		for i, st := range c.Steps {
+			if len(st.Items) != len(st.Want) {
+				t.Errorf("%s step %d: %d items, %d decisions", c.Name, i, len(st.Items), len(st.Want))
+			}
+			for _, it := range st.Items {
+				if err := it.Limit.Validate(); err != nil {
+					t.Errorf("%s step %d: %v", c.Name, i, err)
+				}
+			}
+		}
+	}
+}
+
+// refStore is the plainest store that follows backend.Store's contract, on
+// top of the pure functions: it checks that the store tables agree with
+// algorithms.Decide and backend.Verdict.
+type refStore map[string]algorithms.State
+
+func (m refStore) apply(at time.Time, items []backend.Item) (bool, []algorithms.Decision) {
+	work := map[string]algorithms.State{}
+	out := make([]algorithms.Decision, len(items))
+	for i, it := range items {
+		s, ok := work[it.Key]
+		if !ok {
+			s = m[it.Key]
+		}
+		s, out[i] = algorithms.Decide(it.Limit, s, at, it.Hits)
+		work[it.Key] = s
+	}
+	allowed := backend.Verdict(items, out)
+	if allowed {
+		for k, s := range work {
+			m[k] = s
+		}
+		return true, out
+	}
+	for i, it := range items {
+		if out[i].Allowed {
+			_, out[i] = algorithms.Decide(it.Limit, m[it.Key], at, 0)
+		}
+	}
+	return false, out
+}
+
+func TestCasesAgainstReference(t *testing.T) {
+	for _, c := range storetest.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			storetest.RunCase(t, c, refStore{}.apply)
+		})
+	}
+}
+
+// refBackend is refStore as a backend.Store on a clock.
+type refBackend struct {
+	clock backend.Clock
+	m     refStore
+}
+
+func (r *refBackend) Apply(_ context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	ok, ds := r.m.apply(r.clock.Now(), items)
+	copy(out, ds)
+	return ok, nil
+}
+
+func (r *refBackend) Close() error { return nil }
+
+// TestRunPassesTheReference: the kit itself passes a store that follows the
+// contract.
+func TestRunPassesTheReference(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock backend.Clock) backend.Store {
+		return &refBackend{clock: clock, m: refStore{}}
+	})
+}
+
+// recorder counts the failures reported to it instead of failing the test.
+type recorder struct {
+	testing.TB
+	errors int
+}
+
+func (r *recorder) Helper()                   {}
+func (r *recorder) Errorf(string, ...any)     { r.errors++ }
+func (r *recorder) Fatalf(f string, a ...any) { r.errors++ }
+
+// TestRunCaseReportsFailures: RunCase reports every step whose decisions
+// differ, and nothing when they agree.
+func TestRunCaseReportsFailures(t *testing.T) {
+	sc := storetest.Cases()[0]
+	r := &recorder{TB: t}
+	storetest.RunCase(r, sc, func(_ time.Time, items []backend.Item) (bool, []algorithms.Decision) {
+		return false, make([]algorithms.Decision, len(items)+1)
+	})
+	want := len(sc.Steps) // one per step for the count of decisions
+	for _, st := range sc.Steps {
+		if st.WantAllowed {
+			want++ // and one for the verdict
+		}
+	}
+	if r.errors != want {
+		t.Errorf("RunCase reported %d failures, want %d", r.errors, want)
+	}
+	i := 0
+	r = &recorder{TB: t}
+	storetest.RunCase(r, sc, func(time.Time, []backend.Item) (bool, []algorithms.Decision) {
+		i++
+		return sc.Steps[i-1].WantAllowed, sc.Steps[i-1].Want
+	})
+	if r.errors != 0 {
+		t.Errorf("RunCase reported %d failures for right decisions", r.errors)
+	}
+}
