@@ -76,8 +76,10 @@ const (
 type Options struct {
 	// FailureMode applies when the store returns an error.
 	FailureMode FailureMode
-	// BackendTimeout bounds each store call; the caller's own deadline
-	// applies when it is earlier. Zero means no bound beyond the caller's.
+	// BackendTimeout caps each store call. A call's budget is the caller's
+	// deadline minus a margin for answering (see AnswerMargin), capped by
+	// BackendTimeout; BackendTimeout alone applies when the caller sends no
+	// deadline. Zero means no cap beyond the caller's.
 	BackendTimeout time.Duration
 	// Logger receives warnings (backend failures, at most one line per
 	// LogInterval) and is slog.Default() when nil.
@@ -221,11 +223,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 func (s *Service) apply(ctx context.Context, sc *scratch) (bool, error) {
-	if s.opts.BackendTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.BackendTimeout)
-		defer cancel()
-	}
+	ctx, cancel := s.budget(ctx)
+	defer cancel()
 	if cap(sc.decisions) < len(sc.items) {
 		sc.decisions = make([]algorithms.Decision, len(sc.items))
 	}

@@ -1,0 +1,48 @@
+package schedprobe
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestProbeSeesDelay: while every CPU is kept busy by more spinning
+// goroutines than there are CPUs, the probe sees a delay, and Bound is at
+// least twice it.
+func TestProbeSeesDelay(t *testing.T) {
+	p := Start()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 4*runtime.GOMAXPROCS(0); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for j := 0; j < 1e6; j++ {
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Worst() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	b := p.Stop()
+	if p.Worst() <= 0 {
+		t.Fatal("the probe saw no delay under load")
+	}
+	if b < 2*p.Worst() {
+		t.Fatalf("Bound %v below twice the worst delay %v", b, p.Worst())
+	}
+	if p.Stop() != b {
+		t.Fatal("Stop is not idempotent")
+	}
+}
