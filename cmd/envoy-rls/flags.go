@@ -32,6 +32,13 @@ type options struct {
 	ShadowMode      bool
 	ResponseHeaders bool
 
+	GRPCMaxConcurrentStreams  int
+	GRPCMaxConnectionAge      time.Duration
+	GRPCMaxConnectionAgeGrace time.Duration
+	HTTPReadTimeout           time.Duration
+	HTTPWriteTimeout          time.Duration
+	HTTPIdleTimeout           time.Duration
+
 	RedisURL            string
 	RedisSentinel       string
 	RedisSentinelMaster string
@@ -115,6 +122,12 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
 	fs.BoolVar(&o.ResponseHeaders, "response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset for the most restrictive descriptor")
+	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
+	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
+	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", time.Hour, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")
+	fs.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
+	fs.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
+	fs.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
 	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
@@ -148,6 +161,23 @@ func (o options) validate() error {
 	}
 	if _, err := rls.ParseFailureMode(o.FailureMode); err != nil {
 		errs = append(errs, fmt.Errorf("--failure-mode: %v", err))
+	}
+	if o.GRPCMaxConcurrentStreams < 1 {
+		errs = append(errs, errors.New("--grpc-max-concurrent-streams must be at least 1"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--grpc-max-connection-age", o.GRPCMaxConnectionAge},
+		{"--grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace},
+		{"--http-read-timeout", o.HTTPReadTimeout},
+		{"--http-write-timeout", o.HTTPWriteTimeout},
+		{"--http-idle-timeout", o.HTTPIdleTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", d.name))
+		}
 	}
 	if o.BackendTimeout < 0 {
 		errs = append(errs, errors.New("--backend-timeout must not be negative"))

@@ -74,7 +74,7 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	grpcSrv, health := rls.NewGRPCServer(svc)
+	grpcSrv, health := rls.NewGRPCServer(svc, grpcServerOptions(o)...)
 
 	var httpSrv *http.Server
 	var httpLis net.Listener
@@ -97,7 +97,7 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 		})
 		mux.Handle("/json", svc.JSONHandler())
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = newHTTPServer(o, mux)
 		go func() {
 			if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("HTTP server stopped", "error", err)
