@@ -11,6 +11,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
@@ -29,6 +30,21 @@ const (
 	// has at least one denying item (envoyproxy/ratelimit's quota_mode).
 	Quota
 )
+
+// String returns the mode's name ("enforced", "shadow", "quota"), or
+// "Mode(n)" for a value that is not a mode. A new mode gets a name here, and
+// the Redis script a constant of the same name (its test checks both).
+func (m Mode) String() string {
+	switch m {
+	case Enforced:
+		return "enforced"
+	case Shadow:
+		return "shadow"
+	case Quota:
+		return "quota"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
 
 // Item is one limit to decide for one counter key.
 type Item struct {

@@ -206,6 +206,7 @@ type scratch struct {
 	order   [inlineItems]int // item indices by key; then the first item of each key
 	slot    [inlineItems]int // per item: index of its key among the distinct keys
 	ents    [inlineItems]*entry
+	stored  [inlineItems]algorithms.State
 	work    [inlineItems]algorithms.State
 	reset   [inlineItems]time.Duration
 	charged [inlineItems]bool
@@ -236,21 +237,22 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 		order   []int
 		slot    []int
 		ents    []*entry
+		stored  []algorithms.State
 		work    []algorithms.State
 		reset   []time.Duration
 		charged []bool
 	)
 	if n <= inlineItems {
-		order, slot, ents = sc.order[:n], sc.slot[:n], sc.ents[:n]
+		order, slot, ents, stored = sc.order[:n], sc.slot[:n], sc.ents[:n], sc.stored[:n]
 		work, reset, charged = sc.work[:n], sc.reset[:n], sc.charged[:n]
 	} else {
-		order, slot, ents = make([]int, n), make([]int, n), make([]*entry, n)
+		order, slot, ents, stored = make([]int, n), make([]int, n), make([]*entry, n), make([]algorithms.State, n)
 		work, reset, charged = make([]algorithms.State, n), make([]time.Duration, n), make([]bool, n)
 	}
 
 	// Distinct keys in key order: the order in which their entries are locked.
 	d := distinctKeys(items, order, slot)
-	ents = ents[:d]
+	ents, stored = ents[:d], stored[:d]
 	for j := range ents {
 		ents[j] = m.lookup(items[order[j]].Key)
 	}
@@ -269,30 +271,15 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 
 	for j, e := range ents {
 		now = max(now, e.floor)
-		work[j] = e.state
-		charged[j] = false
+		stored[j] = e.state
 	}
-	for i := range items {
-		j := slot[i]
-		s, dec := algorithms.DecideMicros(items[i].Limit, work[j], now, items[i].Hits)
-		out[i] = dec
-		if dec.Allowed {
-			work[j], reset[j], charged[j] = s, dec.ResetAfter, true
-		}
-	}
-	allowed := backend.Verdict(items, out[:n])
+	tx := backend.Txn{KeyOf: slot, Stored: stored, Next: work[:d], Charged: charged[:d], ResetAfter: reset[:d]}
+	allowed := backend.Transact(&tx, items, now, backend.WholeRequest, out[:n])
 	if allowed {
 		for j, e := range ents {
 			if charged[j] {
 				e.state = work[j]
 				e.freshAt.Store(addMicros(now, reset[j]))
-			}
-		}
-	} else {
-		// Nothing is charged: report the allowing items' state as it stays.
-		for i := range items {
-			if out[i].Allowed {
-				_, out[i] = algorithms.DecideMicros(items[i].Limit, ents[slot[i]].state, now, 0)
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/storetest"
 )
 
 // newTestMemory returns a store on a manual clock at testutil.Base, without the
@@ -299,39 +300,6 @@ func TestMemorySameKeyItems(t *testing.T) {
 	}
 }
 
-// memModel is the Store contract written plainly: one map of states, items
-// decided in request order on a working copy, committed only when allowed.
-type memModel map[string]algorithms.State
-
-func (md memModel) apply(items []backend.Item, now time.Time) ([]algorithms.Decision, bool) {
-	work := map[string]algorithms.State{}
-	ds := make([]algorithms.Decision, len(items))
-	for i, it := range items {
-		s, ok := work[it.Key]
-		if !ok {
-			s = md[it.Key]
-		}
-		next, d := algorithms.Decide(it.Limit, s, now, it.Hits)
-		ds[i] = d
-		if d.Allowed {
-			work[it.Key] = next
-		}
-	}
-	allowed := backend.Verdict(items, ds)
-	if allowed {
-		for k, s := range work {
-			md[k] = s
-		}
-	} else {
-		for i, it := range items {
-			if ds[i].Allowed {
-				_, ds[i] = algorithms.Decide(it.Limit, md[it.Key], now, 0)
-			}
-		}
-	}
-	return ds, allowed
-}
-
 // TestMemoryMatchesModel runs random requests (up to 40 items, so both the
 // inline and the allocated scratch space are used, with repeated keys and
 // every mode) against the store and the model on a clock that moves forward,
@@ -339,7 +307,7 @@ func (md memModel) apply(items []backend.Item, now time.Time) ([]algorithms.Deci
 func TestMemoryMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	m, clock := newTestMemory(t)
-	md := memModel{}
+	md := storetest.Model{}
 	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
 	limits := map[string]algorithms.Limit{}
 	for i, k := range keys {
@@ -366,7 +334,7 @@ func TestMemoryMatchesModel(t *testing.T) {
 			swept += m.Sweep()
 		}
 		got, gotOK := apply(t, m, items...)
-		want, wantOK := md.apply(items, clock.Now())
+		want, wantOK := md.Apply(items, clock.Now())
 		if gotOK != wantOK || !slices.Equal(got, want) {
 			t.Fatalf("step %d: items %+v\nstore: %v %+v\nmodel: %v %+v", step, items, gotOK, got, wantOK, want)
 		}

@@ -15,8 +15,8 @@ import (
 // a caller may leave at its deadline while the call is in flight.
 type call struct {
 	ctx    context.Context
-	now    string // ARGV[1]
-	whole  string // ARGV[2]
+	now    string // ARGV[argNow]
+	whole  string // ARGV[argWhole]
 	groups []group
 	err    error         // set before done is closed when the call was not sent
 	done   chan struct{} // closed when every group's cmd has its result
@@ -27,14 +27,14 @@ type call struct {
 type group struct {
 	idx  []int    // indices of the items in the request
 	keys []string // distinct Redis keys (KEYS)
-	args string   // ARGV[3]
+	args string   // ARGV[argItems]
 	cmd  *goredis.Cmd
 }
 
 // newCall splits items into script calls: one on a standalone server, one
 // per hash slot on a Cluster.
 func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
-	c := &call{ctx: ctx, whole: "1", done: make(chan struct{})}
+	c := &call{ctx: ctx, whole: wholeRequest, done: make(chan struct{})}
 	if r.clock != nil {
 		c.now = strconv.FormatInt(max(r.clock.Now().UnixMicro(), 0), 10)
 	}
@@ -66,7 +66,7 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 		}
 	}
 	if len(order) > 1 {
-		c.whole = "0"
+		c.whole = partOfRequest
 	}
 	c.groups = make([]group, len(order))
 	for gi, s := range order {
@@ -167,7 +167,7 @@ func (r *Store) run(batch []*call) {
 	for _, c := range live {
 		for i := range c.groups {
 			g := &c.groups[i]
-			g.cmd = pipe.EvalSha(ctx, sha, g.keys, c.now, c.whole, g.args)
+			g.cmd = pipe.EvalSha(ctx, sha, g.keys, argv(c.now, c.whole, g.args)...)
 			n++
 		}
 	}
@@ -188,7 +188,7 @@ func (r *Store) run(batch []*call) {
 			if again == nil {
 				again = r.client.Pipeline()
 			}
-			g.cmd = again.Eval(ctx, applyLua, g.keys, c.now, c.whole, g.args)
+			g.cmd = again.Eval(ctx, applyLua, g.keys, argv(c.now, c.whole, g.args)...)
 			n++
 		}
 	}

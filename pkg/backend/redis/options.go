@@ -104,19 +104,19 @@ func newClient(opts Options) (goredis.UniversalClient, bool, int, error) {
 		modes++
 	}
 	if modes == 0 && opts.URL == "" {
-		return nil, false, 0, errors.New("redis: redis needs a URL, Sentinel addresses or Cluster addresses")
+		return nil, false, 0, errors.New("redis: needs a URL, Sentinel addresses or Cluster addresses")
 	}
 	if modes > 1 {
-		return nil, false, 0, errors.New("redis: redis Sentinel and Cluster addresses are exclusive")
+		return nil, false, 0, errors.New("redis: Sentinel and Cluster addresses are exclusive")
 	}
 	if len(opts.SentinelAddrs) > 0 && opts.SentinelMaster == "" {
-		return nil, false, 0, errors.New("redis: redis Sentinel needs a master name")
+		return nil, false, 0, errors.New("redis: Sentinel needs a master name")
 	}
 	base := &goredis.Options{}
 	if opts.URL != "" {
 		var err error
 		if base, err = goredis.ParseURL(opts.URL); err != nil {
-			return nil, false, 0, fmt.Errorf("redis: redis URL: %w", err)
+			return nil, false, 0, fmt.Errorf("redis: URL: %w", err)
 		}
 	}
 	if opts.Username != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+	"github.com/envoyrls/envoy-rls/pkg/backend/storetest"
 )
 
 // newRedisStore returns a store on addr (a redis:// URL unless opts says
@@ -76,41 +77,20 @@ func (md redisModel) apply(items []backend.Item, now time.Time) ([]algorithms.De
 // cluster slot of a split request, committed unless an Enforced item among
 // them denies.
 func (md redisModel) applyPart(items []backend.Item, now time.Time, whole bool) []algorithms.Decision {
-	work := map[string]algorithms.State{}
-	reset := map[string]time.Duration{}
-	ds := make([]algorithms.Decision, len(items))
-	for i, it := range items {
-		s, ok := work[it.Key]
-		if !ok {
-			s = md[it.Key]
-		}
-		next, d := algorithms.Decide(it.Limit, s, now, it.Hits)
-		ds[i] = d
-		if d.Allowed {
-			work[it.Key], reset[it.Key] = next, d.ResetAfter
-		}
-	}
-	commit := backend.Verdict(items, ds)
+	tx, keys := storetest.NewTxn(items, func(key string) algorithms.State { return md[key] })
+	c := backend.WholeRequest
 	if !whole {
-		commit = true
-		for i, it := range items {
-			if it.Mode == backend.Enforced && !ds[i].Allowed {
-				commit = false
-			}
-		}
+		c = backend.PartOfRequest
 	}
-	if commit {
-		for k, s := range work {
-			if reset[k] == 0 {
+	ds := make([]algorithms.Decision, len(items))
+	if backend.Transact(tx, items, now.UnixMicro(), c, ds) {
+		for j, k := range keys {
+			switch {
+			case !tx.Charged[j]:
+			case tx.ResetAfter[j] == 0:
 				delete(md, k)
-			} else {
-				md[k] = s
-			}
-		}
-	} else {
-		for i, it := range items {
-			if ds[i].Allowed {
-				_, ds[i] = algorithms.Decide(it.Limit, md[it.Key], now, 0)
+			default:
+				md[k] = tx.Next[j]
 			}
 		}
 	}

@@ -81,13 +81,13 @@ var _ backend.Store = (*Store)(nil)
 // not connect: it succeeds while Redis is down. Call Close to release it.
 func New(opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
-		return nil, fmt.Errorf("redis: redis key prefix %q must not contain '{' or '}'", opts.KeyPrefix)
+		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", opts.KeyPrefix)
 	}
 	if opts.BatchSize < 0 || opts.PoolSize < 0 || opts.LocalDenyCacheSize < 0 {
-		return nil, errors.New("redis: redis batch size, pool size and deny cache size must not be negative")
+		return nil, errors.New("redis: batch size, pool size and deny cache size must not be negative")
 	}
 	if opts.BatchWindow < 0 {
-		return nil, errors.New("redis: redis batch window must not be negative")
+		return nil, errors.New("redis: batch window must not be negative")
 	}
 	client, cluster, poolSize, err := newClient(opts)
 	if err != nil {

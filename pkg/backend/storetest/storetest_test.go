@@ -36,53 +36,27 @@ func TestCasesAreWellFormed(t *testing.T) {
 	}
 }
 
-// refStore is the plainest store that follows backend.Store's contract, on
-// top of the pure functions: it checks that the store tables agree with
-// algorithms.Decide and backend.Verdict.
-type refStore map[string]algorithms.State
-
-func (m refStore) apply(at time.Time, items []backend.Item) (bool, []algorithms.Decision) {
-	work := map[string]algorithms.State{}
-	out := make([]algorithms.Decision, len(items))
-	for i, it := range items {
-		s, ok := work[it.Key]
-		if !ok {
-			s = m[it.Key]
-		}
-		s, out[i] = algorithms.Decide(it.Limit, s, at, it.Hits)
-		work[it.Key] = s
-	}
-	allowed := backend.Verdict(items, out)
-	if allowed {
-		for k, s := range work {
-			m[k] = s
-		}
-		return true, out
-	}
-	for i, it := range items {
-		if out[i].Allowed {
-			_, out[i] = algorithms.Decide(it.Limit, m[it.Key], at, 0)
-		}
-	}
-	return false, out
-}
-
-func TestCasesAgainstReference(t *testing.T) {
+// TestCasesAgainstModel: backend.Transact over a map passes the tables.
+func TestCasesAgainstModel(t *testing.T) {
 	for _, c := range storetest.Cases() {
 		t.Run(c.Name, func(t *testing.T) {
-			storetest.RunCase(t, c, refStore{}.apply)
+			m := storetest.Model{}
+			storetest.RunCase(t, c, func(at time.Time, items []backend.Item) (bool, []algorithms.Decision) {
+				ds, ok := m.Apply(items, at)
+				return ok, ds
+			})
 		})
 	}
 }
 
-// refBackend is refStore as a backend.Store on a clock.
+// refBackend is Model as a backend.Store on a clock.
 type refBackend struct {
 	clock backend.Clock
-	m     refStore
+	m     storetest.Model
 }
 
 func (r *refBackend) Apply(_ context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
-	ok, ds := r.m.apply(r.clock.Now(), items)
+	ds, ok := r.m.Apply(items, r.clock.Now())
 	copy(out, ds)
 	return ok, nil
 }
@@ -93,7 +67,7 @@ func (r *refBackend) Close() error { return nil }
 // contract.
 func TestRunPassesTheReference(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock backend.Clock) backend.Store {
-		return &refBackend{clock: clock, m: refStore{}}
+		return &refBackend{clock: clock, m: storetest.Model{}}
 	})
 }
 

@@ -1,38 +1,31 @@
 -- apply.lua decides the items of one envoy-rls request (or of one cluster
--- slot of it) atomically: it is the Lua twin of pkg/algorithms and of
--- backend.Memory.Apply, with the same formulas in the same order, so both
--- stores give identical decisions. Lua numbers are doubles: every count,
--- limit and instant is exact below 2^53.
+-- slot of it) atomically. It is the Lua twin of backend.Transact (load the
+-- states, decide every item in order, commit or report checks) and of
+-- pkg/algorithms, with the same formulas in the same order, so both stores
+-- give identical decisions; a change to either must be made to this script
+-- too. Lua numbers are doubles: every count, limit and instant is exact below
+-- 2^53.
+--
+-- The arguments, the reply and the state layouts are specified in
+-- ../script.go, which encodes and decodes them. In short:
 --
 -- KEYS     the distinct state keys of the items, all in one cluster slot.
--- ARGV[1]  now in µs since the Unix epoch, or "" to read Redis's own TIME
---          (the production path; a given now is for tests on a timeline).
--- ARGV[2]  "1" when the items are the whole request: the state is written
---          only when the request's verdict allows. "0" when they are one
---          slot of a request split across slots: written unless an
---          Enforced item of this call denies (see backend.Redis).
--- ARGV[3]  9 numbers per item, separated by spaces: key index (1-based
---          into KEYS), algorithm, requests, window µs, capacity, hits,
---          mode, group, over. Algorithms and modes use the Go constants'
---          values; over is 1 when hits > capacity, compared exactly in Go
---          (as doubles, two huge numbers may round to the same value), so a
---          request of more hits than the capacity is always denied.
+-- ARGV[1]  now in µs since the Unix epoch, or "" to read Redis's own TIME.
+-- ARGV[2]  "1": backend.WholeRequest; "0": backend.PartOfRequest.
+-- ARGV[3]  ITEM_FIELDS numbers per item, separated by spaces: key index
+--          (1-based into KEYS), algorithm, requests, window µs, capacity,
+--          hits, mode, group, over.
 --
--- Returns {committed, allowed_1, remaining_1, retry_after_1, reset_after_1,
--- ...}: committed and allowed are 0 or 1; durations are integer µs, -1 for
--- algorithms.Never; counts are integers, or decimal strings from 2^53 on.
+-- Returns {committed, then per item: allowed, remaining, retry_after,
+-- reset_after}.
 --
--- State: a key of fixed_window, token_bucket, sliding_window_counter or gcra
--- is a string "at count prev level" (the fields of algorithms.State; level is
--- the bucket's debt in token·µs; numbers are written with 17 significant
--- digits, so every double round-trips exactly). A sliding_window_log key is
--- a list of "at hits" entries, oldest first, followed by a header "at count".
--- A state that is fresh after the request is deleted; otherwise its TTL is
--- the item's ResetAfter rounded up to the millisecond (no expiry when now
--- is given, since test time does not pass with real time).
+-- The constants below are copies of Go's (algorithms.Kind, backend.Mode,
+-- algorithms.Never, the layout); TestScriptConstantsMatchGo fails when they
+-- differ.
 
 local FIXED, BUCKET, LOG, COUNTER, GCRA = 0, 1, 2, 3, 4
-local ENFORCED, QUOTA = 0, 2
+local ENFORCED, SHADOW, QUOTA = 0, 1, 2
+local ITEM_FIELDS = 9
 local NEVER = -1
 -- algorithms.Never in µs: math.MaxInt64 ns / 1000.
 local NEVER_US = 9223372036854775
@@ -102,16 +95,23 @@ do
 	for tok in string.gmatch(ARGV[3], "%S+") do
 		f[#f + 1] = tonumber(tok)
 	end
-	if #f % 9 ~= 0 then
+	if #f % ITEM_FIELDS ~= 0 then
 		error("envoy-rls: malformed items")
 	end
-	for i = 0, #f / 9 - 1 do
-		local b = i * 9
-		items[i + 1] = {
+	for i = 0, #f / ITEM_FIELDS - 1 do
+		local b = i * ITEM_FIELDS
+		local it = {
 			ki = f[b + 1], alg = f[b + 2], requests = f[b + 3], w = f[b + 4],
 			cap = f[b + 5], hits = f[b + 6], mode = f[b + 7], group = f[b + 8],
 			over = f[b + 9] == 1,
 		}
+		if it.alg ~= FIXED and it.alg ~= BUCKET and it.alg ~= LOG and it.alg ~= COUNTER and it.alg ~= GCRA then
+			error("envoy-rls: unknown algorithm " .. tostring(it.alg))
+		end
+		if it.mode ~= ENFORCED and it.mode ~= SHADOW and it.mode ~= QUOTA then
+			error("envoy-rls: unknown mode " .. tostring(it.mode))
+		end
+		items[i + 1] = it
 	end
 end
 
@@ -441,8 +441,8 @@ local function save(ki, alg, s, reset)
 	end
 end
 
--- Decide every item in order; items of one key see the hits of the ones
--- before them.
+-- backend.Transact from here on. Decide every item in order; items of one
+-- key see the hits of the allowing ones before them.
 local orig, work, algs, charged, reset, dec = {}, {}, {}, {}, {}, {}
 for i, it in ipairs(items) do
 	local ki = it.ki
@@ -459,8 +459,8 @@ for i, it in ipairs(items) do
 	end
 end
 
--- The verdict, as backend.Verdict; for one slot of a split request, only
--- whether an Enforced item denies.
+-- Whether to commit: backend.Verdict for a whole request; for one slot of a
+-- split request (backend.PartOfRequest), unless an Enforced item denies.
 local commit = true
 do
 	local groups, quota = {}, false

@@ -1,0 +1,97 @@
+package backend
+
+import (
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+)
+
+// The transaction of a request, written once: Transact is what every store
+// does between reading the states of a request's keys and writing them back.
+// The memory store locks the entries, calls it and writes back; the Redis
+// store's script (pkg/backend/redis/lua/apply.lua) is its Lua twin, step for
+// step; the stores' test models are Transact over a map.
+
+// Commit says when the charges of a transaction are kept.
+type Commit uint8
+
+const (
+	// WholeRequest: the items are a whole request, and the charges are kept
+	// when the request is allowed (see Verdict).
+	WholeRequest Commit = iota
+	// PartOfRequest: the items are one part of a request that is decided in
+	// several transactions (one per Redis Cluster slot). No part sees the
+	// others' decisions, so a part keeps its charges unless one of its own
+	// Enforced items denies.
+	PartOfRequest
+)
+
+// Txn is the working space of Transact for the distinct keys of one request,
+// provided by the caller so that Transact allocates nothing. Stored, Next,
+// Charged and ResetAfter have one element per distinct key.
+type Txn struct {
+	// KeyOf[i] is the index of item i's key among the distinct keys.
+	KeyOf []int
+	// Stored[j] is key j's state as read from the store. Transact does not
+	// change it.
+	Stored []algorithms.State
+	// Next[j] is, on return, key j's state after the items that allowed.
+	Next []algorithms.State
+	// Charged[j] reports, on return, that an item of key j allowed, so Next[j]
+	// is to be written when Transact commits.
+	Charged []bool
+	// ResetAfter[j] is, on return, the ResetAfter of the last allowing item
+	// of key j: how long until Next[j] is fresh (a full limit) again.
+	ResetAfter []time.Duration
+}
+
+// Transact decides items together at the instant now (µs since the Unix
+// epoch) against tx.Stored, writes one decision per item into out, and
+// reports whether the charges commit: then every key with tx.Charged is to
+// be written as tx.Next. Items are decided in order, and an item sees the
+// hits of the allowing items of its key before it.
+//
+// With WholeRequest, Transact commits exactly when Verdict allows the
+// request; with PartOfRequest, unless an Enforced item denies. When it does
+// not commit, nothing is charged, and every item that allowed reports
+// instead a check (hits 0) of its key's stored state; a denying item keeps
+// its own decision.
+//
+// Transact allocates nothing (Verdict allocates only for Quota groups
+// outside 0..63).
+func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decision) bool {
+	copy(tx.Next, tx.Stored)
+	clear(tx.Charged)
+	for i := range items {
+		j := tx.KeyOf[i]
+		s, d := algorithms.DecideMicros(items[i].Limit, tx.Next[j], now, items[i].Hits)
+		out[i] = d
+		if d.Allowed {
+			tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
+		}
+	}
+	var commit bool
+	if c == WholeRequest {
+		commit = Verdict(items, out[:len(items)])
+	} else {
+		commit = !enforcedDenies(items, out)
+	}
+	if !commit {
+		for i := range items {
+			if out[i].Allowed {
+				_, out[i] = algorithms.DecideMicros(items[i].Limit, tx.Stored[tx.KeyOf[i]], now, 0)
+			}
+		}
+	}
+	return commit
+}
+
+// enforcedDenies reports whether an Enforced item denies.
+func enforcedDenies(items []Item, ds []algorithms.Decision) bool {
+	for i := range items {
+		if items[i].Mode == Enforced && !ds[i].Allowed {
+			return true
+		}
+	}
+	return false
+}
