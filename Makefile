@@ -11,17 +11,22 @@ run:
 build:
 	$(GO) build -o bin/envoy-rls ./cmd/envoy-rls
 
-# Everything CI checks: formatting, vet, staticcheck, and every test under -race.
+# Everything CI checks: formatting, vet, staticcheck, and every test under -race,
+# including deploy/, a module of its own (the Dockerfile, compose file,
+# Kubernetes manifests and gateway examples).
 test: lint
 	$(GO) test -race -count=1 -timeout 30m ./...
+	cd deploy && $(GO) test -race -count=1 -timeout 30m ./...
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 
 lint: vet
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd deploy && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # The floor, envoy-rls (memory, Redis) and, with REF_BIN set, the reference
 # server under the same load, side by side (see README, Performance).
