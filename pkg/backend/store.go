@@ -62,6 +62,14 @@ type Item struct {
 	// Group ties Quota items of one descriptor together: a quota descriptor
 	// is over its limit when any of its items denies. Ignored for other modes.
 	Group int
+	// Partition names the items that must be decided in one step. A store
+	// that cannot decide a whole request at once (on a Redis Cluster, a
+	// script call decides the items of one hash slot) never splits the items
+	// of one non-zero Partition apart; how it places partitions is its own
+	// business (the Redis store derives the hash tag from it). Zero places
+	// an item by its Key alone. Items with the same Key must have the same
+	// Partition.
+	Partition uint64
 }
 
 // Store decides requests against stored state.

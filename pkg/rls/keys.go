@@ -8,9 +8,9 @@ import (
 
 // Counter keys.
 //
-// A key is "{TAG}" followed by length-prefixed fields:
+// A key is length-prefixed fields:
 //
-//	{TAG}<len>:<domain><len>:<key1><len>:<value1>...<len>:<limit id>
+//	<len>:<domain><len>:<key1><len>:<value1>...<len>:<limit id>
 //
 // where each <len> is the decimal byte length of the field after the colon.
 // Length prefixes make the encoding unambiguous whatever bytes the values hold:
@@ -20,22 +20,22 @@ import (
 // share state, and a limit that did not change keeps its counter across a
 // config reload.
 //
-// TAG is the hex xxhash64 of the descriptor part (domain and entries). It is a
-// Redis Cluster hash tag: every limit of one descriptor lands in one slot and
-// is decided by one atomic script call. Tags of different descriptors may
-// collide; that only places them in the same slot, which is harmless.
+// Every limit of one descriptor is in one partition (backend.Item.Partition):
+// the xxhash64 of the descriptor part (domain and entries), never zero. The
+// store decides a partition in one atomic step (the Redis store derives a
+// Cluster hash tag from it). Partitions of different descriptors may collide;
+// that only places them together, which is harmless.
 
 // keyBuilder builds counter keys into a reusable buffer.
 type keyBuilder struct {
-	buf  []byte
-	desc int // length of the "{TAG}" + descriptor part
+	buf       []byte
+	desc      int    // length of the descriptor part
+	partition uint64 // of the descriptor part, set by seal
 }
-
-const tagLen = 2 + 16 // "{" + 16 hex digits + "}"
 
 // reset starts the descriptor part of a key for domain.
 func (b *keyBuilder) reset(domain string) {
-	b.buf = append(b.buf[:0], "{0000000000000000}"...)
+	b.buf = b.buf[:0]
 	b.field(domain)
 }
 
@@ -45,14 +45,10 @@ func (b *keyBuilder) entry(key, value string) {
 	b.field(value)
 }
 
-// seal computes the hash tag over the descriptor part; call it after the
+// seal computes the partition of the descriptor part; call it after the
 // last entry and before key.
 func (b *keyBuilder) seal() {
-	h := xxhash.Sum64(b.buf[tagLen:])
-	const hexdigits = "0123456789abcdef"
-	for i := 0; i < 16; i++ {
-		b.buf[1+i] = hexdigits[(h>>(60-4*uint(i)))&0xf]
-	}
+	b.partition = max(xxhash.Sum64(b.buf), 1)
 	b.desc = len(b.buf)
 }
 

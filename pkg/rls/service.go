@@ -442,7 +442,7 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 			if l.Shadow || (p.node != nil && p.node.ShadowMode) {
 				m = backend.Shadow
 			}
-			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group})
+			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition})
 			sc.owners = append(sc.owners, owner{desc: i, limit: l})
 		}
 	}

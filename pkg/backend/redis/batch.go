@@ -40,7 +40,7 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 	}
 	keys := make([]string, len(items))
 	for i := range items {
-		keys[i] = r.prefix + items[i].Key
+		keys[i] = redisKey(r.prefix, &items[i])
 	}
 	if !r.cluster {
 		idx := make([]int, len(items))
@@ -53,7 +53,7 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 	slots := make([]int, len(items))
 	var order []int // distinct slots in order of first appearance
 	for i, k := range keys {
-		slots[i] = Slot(k)
+		slots[i] = slot(k)
 		seen := false
 		for _, s := range order {
 			if s == slots[i] {

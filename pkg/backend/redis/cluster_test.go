@@ -26,16 +26,14 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
 }
 
-// testClusterSlot checks Slot and HashTagged against the cluster itself.
+// testClusterSlot checks Slot, and the keys the store derives from
+// partitions, against the cluster itself.
 func testClusterSlot(t *testing.T, cl *redistest.Cluster) {
 	c := cl.Client(t)
 	ctx := context.Background()
 	keys := []string{"", "a", "abc", "{", "}", "{}", "{}x", "x{}", "{a}", "x{a}y", "{a}{b}", "{{a}}", "a{b{c}d}", "user:{1000}:x", "\xff\xfe{\x00}"}
 	for i := 0; i < 200; i++ {
-		keys = append(keys, fmt.Sprintf("key-%d", i), redis.HashTagged(fmt.Sprint(i), "rest"))
-	}
-	for _, tag := range []string{"", "a", "{", "}", "%", "a}b", "{x}", "%7D"} {
-		keys = append(keys, redis.HashTagged(tag, "r"))
+		keys = append(keys, fmt.Sprintf("key-%d", i), redis.RedisKey("p:", backend.Item{Key: "rest", Partition: uint64(i) * 0x9e3779b97f4a7c15}))
 	}
 	for _, k := range keys {
 		want, err := c.ClusterKeySlot(ctx, k).Result()
@@ -46,19 +44,24 @@ func testClusterSlot(t *testing.T, cl *redistest.Cluster) {
 			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
 		}
 	}
-	// HashTagged is injective and keeps the tag's slot whatever rest holds.
-	seen := map[string][2]string{}
-	for _, tag := range []string{"", "a", "a}", "a}b", "%", "%25", "{", "%7B", "}"} {
-		for _, rest := range []string{"", "b", "}b", "x{y}"} {
-			k := redis.HashTagged(tag, rest)
+	// The derived keys are injective and keep the partition's slot
+	// whatever the Key holds; without a partition, the key is prefix+Key.
+	seen := map[string]backend.Item{}
+	for _, p := range []uint64{1, 2, 0x7b, 0x7d, 1 << 63, ^uint64(0)} {
+		for _, key := range []string{"", "b", "}b", "{b}", "x{y}", "{"} {
+			it := backend.Item{Key: key, Partition: p}
+			k := redis.RedisKey("p:", it)
 			if prev, dup := seen[k]; dup {
-				t.Errorf("HashTagged(%q, %q) = HashTagged(%q, %q) = %q", tag, rest, prev[0], prev[1], k)
+				t.Errorf("items %+v and %+v share the key %q", prev, it, k)
 			}
-			seen[k] = [2]string{tag, rest}
-			if redis.Slot(k) != redis.Slot(redis.HashTagged(tag, "")) {
-				t.Errorf("HashTagged(%q, %q) left the tag's slot", tag, rest)
+			seen[k] = it
+			if redis.Slot(k) != redis.Slot(redis.RedisKey("p:", backend.Item{Partition: p})) {
+				t.Errorf("item %+v left its partition's slot", it)
 			}
 		}
+	}
+	if k := redis.RedisKey("p:", backend.Item{Key: "x{y}"}); k != "p:x{y}" {
+		t.Errorf("key without a partition: %q, want p:x{y}", k)
 	}
 }
 
@@ -72,10 +75,10 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 		stores = append(stores, newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "exact:", PoolSize: 4}))
 	}
 	for _, k := range algorithms.Kinds() {
-		key := redis.HashTagged("d-"+k.String(), "k")
+		key, part := "k-"+k.String(), uint64(k)+1
 		l := longLimit(k, L)
 		got := hammer(t, stores, 120, 3, func(int, int) []backend.Item {
-			return []backend.Item{{Key: key, Limit: l, Hits: 1}}
+			return []backend.Item{{Key: key, Limit: l, Hits: 1, Partition: part}}
 		})
 		if got != L {
 			t.Fatalf("%s: allowed %d requests, want exactly %d", k, got, L)
@@ -83,17 +86,17 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 	}
 
 	// Two slots: a limits 60, b limits 80; a request takes one of each.
-	a, b := tagsOnTwoNodes(t)
-	ka, kb := redis.HashTagged(a, "a"), redis.HashTagged(b, "b")
+	a, b := partitionsOnTwoNodes(t)
 	la, lb := longLimit(algorithms.FixedWindow, 60), longLimit(algorithms.FixedWindow, 80)
+	ia, ib := backend.Item{Key: "a", Limit: la, Partition: a}, backend.Item{Key: "b", Limit: lb, Partition: b}
 	got := hammer(t, stores, 120, 2, func(int, int) []backend.Item {
-		return []backend.Item{{Key: ka, Limit: la, Hits: 1}, {Key: kb, Limit: lb, Hits: 1}}
+		return []backend.Item{hit(ia, 1), hit(ib, 1)}
 	})
 	// Each slot charges its key whenever its own item allows, even when the
 	// other slot denies: a denied split request may be over-charged, so
 	// fewer than 60 may be allowed, but no key ever exceeds its limit and
 	// every allowed request was charged on both.
-	ds, _ := redisApply(t, stores[0], backend.Item{Key: ka, Limit: la}, backend.Item{Key: kb, Limit: lb})
+	ds, _ := redisApply(t, stores[0], ia, ib)
 	usedA, usedB := 60-int64(ds[0].Remaining), 80-int64(ds[1].Remaining)
 	if got > 60 || usedA != 60 || usedB < got || usedB > 80 {
 		t.Fatalf("split requests: allowed %d, a charged %d of 60, b charged %d of 80", got, usedA, usedB)
@@ -101,12 +104,12 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 	t.Logf("split requests: allowed %d of 240 (a 60/60, b %d/80)", got, usedB)
 }
 
-// tagsOnTwoNodes returns two hash tags whose slots are served by different
-// masters of a 3-master cluster made by redistest.
-func tagsOnTwoNodes(t *testing.T) (string, string) {
+// partitionsOnTwoNodes returns two partitions whose slots are served by
+// different masters of a 3-master cluster made by redistest.
+func partitionsOnTwoNodes(t *testing.T) (uint64, uint64) {
 	t.Helper()
-	node := func(tag string) int {
-		s := redis.Slot(redis.HashTagged(tag, ""))
+	node := func(p uint64) int {
+		s := redis.Slot(redis.RedisKey("", backend.Item{Partition: p}))
 		for i := 0; i < 3; i++ {
 			if lo, hi := redistest.SlotRange(i, 3); s >= lo && s <= hi {
 				return i
@@ -114,14 +117,20 @@ func tagsOnTwoNodes(t *testing.T) (string, string) {
 		}
 		return -1
 	}
-	a := "tag-0"
-	for i := 1; i < 100; i++ {
-		if b := fmt.Sprintf("tag-%d", i); node(b) != node(a) {
+	a := uint64(1)
+	for b := uint64(2); b < 100; b++ {
+		if node(b) != node(a) {
 			return a, b
 		}
 	}
-	t.Fatal("no two tags on different nodes")
-	return "", ""
+	t.Fatal("no two partitions on different nodes")
+	return 0, 0
+}
+
+// hit returns it with hits hits.
+func hit(it backend.Item, hits uint64) backend.Item {
+	it.Hits = hits
+	return it
 }
 
 // testClusterSplit pins the documented semantics of a request split across
@@ -130,17 +139,19 @@ func tagsOnTwoNodes(t *testing.T) (string, string) {
 func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 	clock := testutil.NewClock(testutil.Base)
 	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "split:"})
-	a, b := tagsOnTwoNodes(t)
+	a, b := partitionsOnTwoNodes(t)
 	one := algorithms.Limit{Requests: 1, Window: time.Second}
 	five := algorithms.Limit{Requests: 5, Window: time.Second}
-	ka, kb, ka2 := redis.HashTagged(a, "x"), redis.HashTagged(b, "y"), redis.HashTagged(a, "z")
+	ka := backend.Item{Key: "x", Limit: one, Partition: a}
+	kb := backend.Item{Key: "y", Limit: five, Partition: b}
+	ka2 := backend.Item{Key: "z", Limit: five, Partition: a}
 
-	ds, ok := redisApply(t, r, backend.Item{Key: ka, Limit: one, Hits: 1}, backend.Item{Key: kb, Limit: five, Hits: 1})
+	ds, ok := redisApply(t, r, hit(ka, 1), hit(kb, 1))
 	if !ok || ds[0].Remaining != 0 || ds[1].Remaining != 4 {
 		t.Fatalf("first split request: %v %+v", ok, ds)
 	}
 	before := r.Stats()
-	ds, ok = redisApply(t, r, backend.Item{Key: ka, Limit: one, Hits: 1}, backend.Item{Key: kb, Limit: five, Hits: 1})
+	ds, ok = redisApply(t, r, hit(ka, 1), hit(kb, 1))
 	if ok || ds[0].Allowed || !ds[1].Allowed || ds[1].Remaining != 3 {
 		t.Fatalf("denied split request: %v %+v; want a denied, b charged (3 remaining)", ok, ds)
 	}
@@ -148,26 +159,26 @@ func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 		t.Fatalf("a request over two slots cost %d script calls in %d round trips; want 2 in 1",
 			st.ScriptCalls-before.ScriptCalls, st.RoundTrips-before.RoundTrips)
 	}
-	if ds, _ := redisApply(t, r, backend.Item{Key: kb, Limit: five}); ds[0].Remaining != 3 {
+	if ds, _ := redisApply(t, r, kb); ds[0].Remaining != 3 {
 		t.Fatalf("b after the denied split request: %+v, want 3 remaining (over-charged)", ds[0])
 	}
 	// One slot: all or nothing.
-	ds, ok = redisApply(t, r, backend.Item{Key: ka, Limit: one, Hits: 1}, backend.Item{Key: ka2, Limit: five, Hits: 1})
+	ds, ok = redisApply(t, r, hit(ka, 1), hit(ka2, 1))
 	if ok || !ds[1].Allowed || ds[1].Remaining != 5 {
 		t.Fatalf("denied one-slot request: %v %+v; want a2 uncharged (5 remaining)", ok, ds)
 	}
-	if ds, _ := redisApply(t, r, backend.Item{Key: ka2, Limit: five}); ds[0].Remaining != 5 {
+	if ds, _ := redisApply(t, r, ka2); ds[0].Remaining != 5 {
 		t.Fatalf("a2 after the denied one-slot request: %+v, want 5 remaining", ds[0])
 	}
 	// A Shadow denial in another slot denies nothing and charges the rest.
-	ds, ok = redisApply(t, r, backend.Item{Key: ka2, Limit: five, Hits: 1}, backend.Item{Key: kb, Limit: five, Hits: 9, Mode: backend.Shadow})
+	ds, ok = redisApply(t, r, hit(ka2, 1), backend.Item{Key: kb.Key, Limit: five, Hits: 9, Mode: backend.Shadow, Partition: b})
 	if !ok || ds[0].Remaining != 4 || ds[1].Allowed {
 		t.Fatalf("shadow denial in another slot: %v %+v", ok, ds)
 	}
 }
 
-// testClusterMatchesMemory: with every key under one hash tag, the cluster
-// store decides exactly like Memory.
+// testClusterMatchesMemory: with every item in one partition, the cluster
+// store decides exactly like the memory store.
 func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	clock := testutil.NewClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
@@ -179,7 +190,7 @@ func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 		clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		items := randomItems(rng, limits)
 		for i := range items {
-			items[i].Key = redis.HashTagged("one", items[i].Key)
+			items[i].Partition = 1
 		}
 		want, wantOK := redisApply(t, mem, items...)
 		got, gotOK := redisApply(t, red, items...)
@@ -187,7 +198,7 @@ func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 	}
 }
 
-// testClusterMatchesSplitModel: keys under three tags (so requests span
+// testClusterMatchesSplitModel: keys in three partitions (so requests span
 // one to three slots) decide exactly like the model of split requests.
 func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -196,16 +207,15 @@ func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 	const prefix = "model:"
 	red := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: prefix})
 	limits := randomLimits(rng, 0, true, 6)
-	tags := []string{"x", "y", "z"}
 	split := 0
 	for step := 0; step < 400; step++ {
 		clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		items := randomItems(rng, limits)
 		slots := map[int]bool{}
 		for i := range items {
-			// Each key keeps one tag, as a descriptor's limits do.
-			items[i].Key = redis.HashTagged(tags[int(items[i].Key[1]-'0')%3], items[i].Key)
-			slots[redis.Slot(prefix+items[i].Key)] = true
+			// Each key keeps one partition, as a descriptor's limits do.
+			items[i].Partition = uint64(items[i].Key[1]-'0')%3 + 1
+			slots[redis.Slot(redis.RedisKey(prefix, items[i]))] = true
 		}
 		if len(slots) > 1 {
 			split++

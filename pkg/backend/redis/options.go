@@ -59,8 +59,9 @@ type Options struct {
 	// DefaultIOTimeout. A call's context deadline, when earlier, wins.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 
-	// KeyPrefix is prepended to every Item.Key to form the Redis key. It
-	// must not contain '{' or '}', which would change the keys' hash slots.
+	// KeyPrefix starts every Redis key, before the hash tag of the item's
+	// Partition and the item's Key. It must not contain '{' or '}', which
+	// would change the keys' hash slots.
 	KeyPrefix string
 
 	// BatchWindow is how long the first of several concurrent requests

@@ -98,12 +98,12 @@ func (md redisModel) applyPart(items []backend.Item, now time.Time, whole bool) 
 }
 
 // applySplit decides items as the store does on a Cluster: one part per
-// hash slot of prefix+key, in the order of the slots' first items.
+// hash slot of the items' Redis keys, in the order of the slots' first items.
 func (md redisModel) applySplit(items []backend.Item, now time.Time, prefix string) ([]algorithms.Decision, bool) {
 	var slots []int
 	bySlot := map[int][]int{}
 	for i, it := range items {
-		s := redis.Slot(prefix + it.Key)
+		s := redis.Slot(redis.RedisKey(prefix, it))
 		if _, ok := bySlot[s]; !ok {
 			slots = append(slots, s)
 		}

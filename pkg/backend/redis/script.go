@@ -23,8 +23,9 @@ import (
 //
 //	EVALSHA sha numkeys KEYS... ARGV[argNow] ARGV[argWhole] ARGV[argItems]
 //
-// KEYS are the distinct Redis keys of the call's items (KeyPrefix + Item.Key),
-// in the order of their first item, all in one Cluster hash slot.
+// KEYS are the distinct Redis keys of the call's items (KeyPrefix, the hash
+// tag of Item.Partition, Item.Key: see redisKey), in the order of their
+// first item, all in one Cluster hash slot.
 //
 //   - ARGV[argNow]: the instant in µs since the Unix epoch, or "" for the
 //     script to read Redis's TIME (production: instances with skewed clocks

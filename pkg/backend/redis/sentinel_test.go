@@ -26,7 +26,7 @@ func TestRedisSentinelFailoverKeepsReplicatedCounts(t *testing.T) {
 	r := newRedisStore(t, redis.Options{SentinelAddrs: []string{sentinel.Addr()}, SentinelMaster: "rls"})
 
 	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 5, Window: time.Hour}
-	key := redis.HashTagged("sentinel", "kept")
+	key := "{sentinel}kept"
 	for i := 0; i < 3; i++ {
 		if _, allowed := redisApply(t, r, backend.Item{Key: key, Limit: limit, Hits: 1}); !allowed {
 			t.Fatalf("hit %d of 5 denied", i+1)
@@ -41,7 +41,7 @@ func TestRedisSentinelFailoverKeepsReplicatedCounts(t *testing.T) {
 	master.Stop()
 	// No master: Apply fails, within its deadline plus slack.
 	const timeout = 200 * time.Millisecond
-	probe := []backend.Item{{Key: redis.HashTagged("sentinel", "probe"), Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}, Hits: 1}}
+	probe := []backend.Item{{Key: "{sentinel}probe", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}, Hits: 1}}
 	out := make([]algorithms.Decision, 1)
 	for i := 0; i < 3; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)

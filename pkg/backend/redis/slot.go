@@ -2,43 +2,41 @@ package redis
 
 import (
 	"strings"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
-// HashTagged returns the counter key rest prefixed with the Redis Cluster
-// hash tag of tag, "{tag}rest", so that all keys made with one tag share a
-// cluster slot (and one atomic script call). Braces and '%' in tag are
-// percent-encoded and an empty tag becomes "%", so the result is a distinct
-// key for every distinct (tag, rest) and its hash tag is never empty. Give
-// the limits that must be decided together (those of one descriptor, or of
-// one request when that is possible) one tag.
-func HashTagged(tag, rest string) string {
-	var b strings.Builder
-	b.Grow(len(tag) + len(rest) + 3)
-	b.WriteByte('{')
-	if tag == "" {
-		b.WriteByte('%')
+// tagLen is the length of a partition's hash tag: "{" + 16 hex digits + "}".
+const tagLen = 1 + 16 + 1
+
+// redisKey returns the Redis key of it: prefix, then, when the item has a
+// Partition, the hash tag "{%016x}" of it, then its Key. Every item of one
+// partition thus lands in one Cluster slot and is decided by one atomic
+// script call. The tag has a fixed length, so distinct (Partition, Key)
+// pairs give distinct keys; prefix holds no braces (New checks), so the tag
+// is the key's first hash tag. An item without a Partition is placed by its
+// whole Key (or by a hash tag the Key holds itself).
+func redisKey(prefix string, it *backend.Item) string {
+	if it.Partition == 0 {
+		return prefix + it.Key
 	}
-	for i := 0; i < len(tag); i++ {
-		switch c := tag[i]; c {
-		case '{':
-			b.WriteString("%7B")
-		case '}':
-			b.WriteString("%7D")
-		case '%':
-			b.WriteString("%25")
-		default:
-			b.WriteByte(c)
-		}
+	var b strings.Builder
+	b.Grow(len(prefix) + tagLen + len(it.Key))
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	const hexdigits = "0123456789abcdef"
+	for i := 0; i < 16; i++ {
+		b.WriteByte(hexdigits[(it.Partition>>(60-4*uint(i)))&0xf])
 	}
 	b.WriteByte('}')
-	b.WriteString(rest)
+	b.WriteString(it.Key)
 	return b.String()
 }
 
-// Slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
+// slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
 // (the bytes between the first '{' and the next '}', if not empty) or of
 // the whole key, modulo 16384.
-func Slot(key string) int {
+func slot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]

@@ -30,9 +30,11 @@ import (
 // costs at most one round trip, and less under load.
 //
 // All or nothing: on a standalone or Sentinel server, and on a Cluster when
-// all of a request's keys share one hash slot (see HashTagged), the script
-// decides every item and charges nothing when the request is denied,
-// exactly like the memory store.
+// all of a request's keys share one hash slot, the script decides every item
+// and charges nothing when the request is denied, exactly like the memory
+// store. The store alone derives the keys' hash tags, from the items'
+// Partition (see backend.Item): the items of one partition always share a
+// slot.
 //
 // A request whose keys fall into several Cluster slots is split into one
 // script call per slot, each atomic on its own node and all sent in the same
