@@ -1,0 +1,62 @@
+package rls
+
+import (
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+)
+
+// owner ties an item back to its descriptor and limit.
+type owner struct {
+	desc  int
+	limit *descriptors.RateLimit
+}
+
+// batch turns the plans into store items with unambiguous keys.
+func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
+	sc.items = sc.items[:0]
+	sc.owners = sc.owners[:0]
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.unlimited || len(p.limits) == 0 {
+			continue
+		}
+		d := req.Descriptors[i]
+		hits := uint64(1)
+		if req.HitsAddend > 0 {
+			hits = uint64(req.HitsAddend)
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			hits = h.Value
+		}
+		if d.IsNegativeHits {
+			// Refunds are not supported: a negative-hits descriptor is
+			// checked without charging.
+			hits = 0
+		}
+		sc.kb.reset(req.Domain)
+		path := sc.paths[p.pathOff : p.pathOff+p.pathLen]
+		for j, e := range d.Entries {
+			v := e.Value
+			if j < len(path) && path[j].ShareThreshold {
+				// All values matching this wildcard share one counter.
+				v = path[j].Value
+			}
+			sc.kb.entry(e.Key, v)
+		}
+		sc.kb.seal()
+		mode, group := backend.Enforced, 0
+		if p.node != nil && p.node.QuotaMode {
+			mode, group = backend.Quota, i
+		}
+		for _, l := range p.limits {
+			m := mode
+			if l.Shadow || (p.node != nil && p.node.ShadowMode) {
+				m = backend.Shadow
+			}
+			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition})
+			sc.owners = append(sc.owners, owner{desc: i, limit: l})
+		}
+	}
+}

@@ -1,0 +1,19 @@
+package rls
+
+import (
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+)
+
+// scratch is the per-request working memory, pooled.
+type scratch struct {
+	entries   []descriptors.Entry
+	path      []*descriptors.Node
+	paths     []*descriptors.Node // the matched paths of all plans
+	plans     []plan
+	items     []backend.Item
+	owners    []owner
+	decisions []algorithms.Decision
+	kb        keyBuilder
+}
