@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -410,125 +409,6 @@ func TestBuiltBinary(t *testing.T) {
 	}
 	if !strings.Contains(string(out), builtVersion) {
 		t.Errorf("envoy-rls version says %q, the build stamped %q", out, builtVersion)
-	}
-}
-
-// TestImageRunsAsNobodyReadOnly lays the binary out as the image does (at
-// /usr/local/bin/envoy-rls and /bin/ratelimit under a root-owned, read-only
-// directory), starts /bin/ratelimit there as uid/gid 65534 with HOME and
-// TMPDIR read-only, serves requests on Redis, and checks that the process
-// never holds a file open for writing and leaves no file behind.
-func TestImageRunsAsNobodyReadOnly(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
-	bin := envoyRLS(t)
-	root := worldReadableTempDir(t)
-	for _, p := range []string{"usr/local/bin/envoy-rls", "bin/ratelimit"} {
-		if err := copyFile(bin, filepath.Join(root, p), 0o555); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Read-only from here on; restored so the temp dir can be removed.
-	var dirs []string
-	filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return err
-	})
-	for _, d := range dirs {
-		os.Chmod(d, 0o555)
-	}
-	t.Cleanup(func() {
-		for _, d := range dirs {
-			os.Chmod(d, 0o755)
-		}
-	})
-
-	configDir := configMapDir(t, map[string]string{"ratelimit.yaml": configMapConfig(t)})
-	redisAddr := startRedis(t)
-	grpcPort, httpPort := freePort(t), freePort(t)
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
-
-	cmd := exec.Command(filepath.Join(root, "bin/ratelimit"), "serve")
-	cmd.Dir = root
-	cmd.Env = []string{
-		"HOME=" + root,
-		"TMPDIR=" + root,
-		"ENVOY_RLS_CONFIG=" + configDir,
-		fmt.Sprintf("ENVOY_RLS_GRPC_ADDR=127.0.0.1:%d", grpcPort),
-		"ENVOY_RLS_HTTP_ADDR=" + httpAddr,
-		"ENVOY_RLS_BACKEND=redis",
-		"ENVOY_RLS_REDIS_URL=redis://" + redisAddr + "/0",
-	}
-	asRoot := os.Geteuid() == 0
-	if asRoot {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	} else {
-		t.Logf("not root: running as uid %d instead of 65534", os.Geteuid())
-	}
-	startTime := time.Now()
-	p := start(t, cmd)
-	p.waitHTTP(t, "http://"+httpAddr+"/healthz")
-	if asRoot {
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(status), "\nUid:\t65534\t65534\t65534\t65534\n") {
-			t.Fatalf("the process does not run as uid 65534:\n%s", status)
-		}
-	}
-	// Serve: limits apply on Redis.
-	for i := 0; i < 3; i++ {
-		if !limitFor(t, httpAddr, "ratelimit", []entry{{"remote_address", "10.9.8.7"}}) {
-			t.Fatal("no limit applied")
-		}
-	}
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	checkNoWritableFiles(t, cmd.Process.Pid)
-	p.stop(t)
-
-	// Nothing owned by the process's user appeared where it could write.
-	uid := uint32(os.Geteuid())
-	if asRoot {
-		uid = 65534
-	}
-	// It can write only into world-writable directories: their top level
-	// (a nested file needs a directory it made there first), and the two
-	// directories it was given.
-	var entries []string
-	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm", os.TempDir()} {
-		es, _ := os.ReadDir(dir)
-		for _, e := range es {
-			entries = append(entries, filepath.Join(dir, e.Name()))
-		}
-	}
-	for _, dir := range []string{root, configDir} {
-		filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-			if err == nil {
-				entries = append(entries, p)
-			}
-			return nil
-		})
-	}
-	for _, p := range entries {
-		info, err := os.Lstat(p)
-		if err != nil {
-			continue // gone: not ours
-		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if ok && st.Uid == uid && !info.ModTime().Before(startTime) {
-			if !asRoot && !strings.HasPrefix(p, root) {
-				continue // our own user writes elsewhere all the time
-			}
-			t.Errorf("envoy-rls left %s behind", p)
-		}
 	}
 }
 
