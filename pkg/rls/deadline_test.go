@@ -2,6 +2,8 @@ package rls_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,13 +49,15 @@ func TestHungBackendIsBoundedByTheEarlierDeadline(t *testing.T) {
 		backendTimeout time.Duration
 		callerDeadline time.Duration
 		mode           rls.FailureMode
+		cause          string // in the log line
 	}{
-		{"backend timeout first, fail open", 50 * time.Millisecond, 5 * time.Second, rls.FailOpen},
-		{"backend timeout first, fail closed", 50 * time.Millisecond, 5 * time.Second, rls.FailClosed},
-		{"caller deadline first", 5 * time.Second, 80 * time.Millisecond, rls.FailOpen},
+		{"backend timeout first, fail open", 50 * time.Millisecond, 5 * time.Second, rls.FailOpen, `cause="timed out after 50ms (--backend-timeout)"`},
+		{"backend timeout first, fail closed", 50 * time.Millisecond, 5 * time.Second, rls.FailClosed, `cause="timed out after 50ms (--backend-timeout)"`},
+		{"caller deadline first", 5 * time.Second, 80 * time.Millisecond, rls.FailOpen, `cause="the caller's deadline came first (Envoy's timeout, less a margin to answer)"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			svc := rls.New(store, cfg, rls.Options{BackendTimeout: tc.backendTimeout, FailureMode: tc.mode})
+			var logs syncBuffer
+			svc := rls.New(store, cfg, rls.Options{BackendTimeout: tc.backendTimeout, FailureMode: tc.mode, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			ctx, cancel := context.WithTimeout(context.Background(), tc.callerDeadline)
 			defer cancel()
 			probe := schedprobe.Start()
@@ -64,6 +68,9 @@ func TestHungBackendIsBoundedByTheEarlierDeadline(t *testing.T) {
 			bound := min(tc.backendTimeout, tc.callerDeadline-rls.AnswerMargin(tc.callerDeadline))
 			if took < bound-slack || took > bound+slack {
 				t.Errorf("call took %v, want %v within the measured scheduling slack %v", took, bound, slack)
+			}
+			if !strings.Contains(logs.String(), tc.cause) {
+				t.Errorf("log does not name the cause %s:\n%s", tc.cause, logs.String())
 			}
 			switch tc.mode {
 			case rls.FailOpen:

@@ -16,6 +16,8 @@ type Metrics struct {
 	decisions     *prometheus.CounterVec
 	backendErrors prometheus.Counter
 	configLoads   *prometheus.CounterVec
+	unknown       prometheus.Counter
+	unmatched     *prometheus.CounterVec
 }
 
 // NewMetrics registers the service's metrics with reg.
@@ -42,8 +44,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "envoy_rls_config_loads_total",
 			Help: "Descriptor config loads by result (success, error). On error the previous config keeps serving.",
 		}, []string{"result"}),
+		unknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "envoy_rls_unknown_domain_requests_total",
+			Help: "Requests for a domain the config does not define; they are allowed without limits (the names are logged at debug level, one line a second at most).",
+		}),
+		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_unmatched_descriptors_total",
+			Help: "Request descriptors of a configured domain that match no rule; they are allowed without limit (logged at debug level, one line a second at most).",
+		}, []string{"domain"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads)
+	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads, m.unknown, m.unmatched)
 	return m
 }
 
@@ -90,4 +100,18 @@ func (m *Metrics) ConfigLoad(err error) {
 		return
 	}
 	m.configLoads.WithLabelValues("success").Inc()
+}
+
+func (m *Metrics) unknownDomain() {
+	if m == nil {
+		return
+	}
+	m.unknown.Inc()
+}
+
+func (m *Metrics) unmatchedDescriptor(domain string) {
+	if m == nil {
+		return
+	}
+	m.unmatched.WithLabelValues(domain).Inc()
 }

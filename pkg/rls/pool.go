@@ -16,4 +16,5 @@ type scratch struct {
 	owners    []owner
 	decisions []algorithms.Decision
 	kb        keyBuilder
+	budgetEnd budgetEnd // why the last failed store call ran out of time
 }

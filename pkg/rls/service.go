@@ -63,13 +63,17 @@ type Options struct {
 	// BackendTimeout; BackendTimeout alone applies when the caller sends no
 	// deadline. Zero means no cap beyond the caller's.
 	BackendTimeout time.Duration
-	// Logger receives warnings (backend failures, at most one line per
-	// LogInterval) and is slog.Default() when nil.
+	// Logger receives warnings (backend failures: the first at once, then
+	// a summary per LogInterval while they continue, and a line when the
+	// backend recovers), debug lines about requests for unknown domains and
+	// descriptors that match no rule (at most one line a second each), and
+	// is slog.Default() when nil.
 	Logger *slog.Logger
 	// Metrics, when set, records requests and decisions.
 	Metrics *Metrics
-	// LogInterval is the least time between two log lines about backend
-	// failures; the lines count what they summarise. Default 10s.
+	// LogInterval is the interval of the backend failure summaries: while
+	// failures continue, one line per interval counts them and names their
+	// causes. Default 10s.
 	LogInterval time.Duration
 	// ShadowMode answers OK overall whatever the limits decide (like the
 	// reference server's SHADOW_MODE): descriptor statuses still say
@@ -87,12 +91,14 @@ type Options struct {
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store  backend.Store
-	config atomic.Pointer[descriptors.Config]
-	opts   Options
-	log    *slog.Logger
-	errLog throttle
-	pool   sync.Pool
+	store     backend.Store
+	config    atomic.Pointer[descriptors.Config]
+	opts      Options
+	log       *slog.Logger
+	fails     *failureLog
+	unknown   *sampleLog // requests for unknown domains
+	unmatched *sampleLog // descriptors that match no rule
+	pool      sync.Pool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -107,7 +113,9 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	if s.opts.LogInterval <= 0 {
 		s.opts.LogInterval = 10 * time.Second
 	}
-	s.errLog.interval = s.opts.LogInterval
+	s.fails = newFailureLog(s.log, s.opts.LogInterval, s.opts.FailureMode, s.opts.BackendTimeout)
+	s.unknown = newSampleLog(s.log, "unknown domain: allowed without limits", time.Second)
+	s.unmatched = newSampleLog(s.log, "descriptor matches no rule: allowed without limit", time.Second)
 	s.config.Store(cfg)
 	s.pool.New = func() any { return new(scratch) }
 	return s
@@ -141,8 +149,22 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	label := ""
 	if dom != nil {
 		label = req.Domain
+	} else {
+		// A typo in Envoy's domain turns limiting off: make it visible.
+		s.opts.Metrics.unknownDomain()
+		s.unknown.event(ctx, func() []any { return []any{"domain", clip(req.Domain, 2*logFieldBytes)} })
 	}
 	s.plan(sc, dom, req)
+	if dom != nil {
+		for i := range sc.plans {
+			if p := &sc.plans[i]; p.node == nil && p.override == nil {
+				s.opts.Metrics.unmatchedDescriptor(label)
+				s.unmatched.event(ctx, func() []any {
+					return []any{"domain", label, "descriptor", describeDescriptor(req.Descriptors[i])}
+				})
+			}
+		}
+	}
 	s.batch(sc, req)
 
 	allowed := true
@@ -151,9 +173,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		allowed, err = s.apply(ctx, sc)
 		if err != nil {
 			s.opts.Metrics.backendError()
-			if n := s.errLog.allow(); n > 0 {
-				s.log.Warn("rate limit backend failed", "error", err, "failure_mode", s.opts.FailureMode.String(), "failures_since_last_log", n)
-			}
+			s.fails.failure(ctx, err, sc.budgetEnd)
 			if s.opts.FailureMode == FailClosed {
 				s.opts.Metrics.request(label, "unavailable", start)
 				return nil, status.Error(codes.Unavailable, "rate limit backend unavailable: "+err.Error())
@@ -161,6 +181,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			s.opts.Metrics.request(label, "failed_open", start)
 			return failOpenResponse(sc), nil
 		}
+		s.fails.success()
 	}
 	resp := s.respond(sc, req.Domain, allowed)
 	code := "ok"
@@ -176,36 +197,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 func (s *Service) apply(ctx context.Context, sc *scratch) (bool, error) {
-	ctx, cancel := s.budget(ctx)
+	bctx, cancel := s.budget(ctx)
 	defer cancel()
 	if cap(sc.decisions) < len(sc.items) {
 		sc.decisions = make([]algorithms.Decision, len(sc.items))
 	}
 	sc.decisions = sc.decisions[:len(sc.items)]
 	clear(sc.decisions)
-	return s.store.Apply(ctx, sc.items, sc.decisions)
-}
-
-// throttle lets one event through per interval and counts the rest.
-type throttle struct {
-	interval time.Duration
-	mu       sync.Mutex
-	last     time.Time
-	pending  int
-}
-
-// allow records an event and returns how many events the caller should
-// report (this one and those suppressed since the last report), or 0 to stay
-// quiet.
-func (t *throttle) allow() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.pending++
-	now := time.Now()
-	if !t.last.IsZero() && now.Sub(t.last) < t.interval {
-		return 0
+	allowed, err := s.store.Apply(bctx, sc.items, sc.decisions)
+	if err != nil {
+		sc.budgetEnd = budgetEnded(ctx, bctx, err)
 	}
-	n := t.pending
-	t.pending, t.last = 0, now
-	return n
+	return allowed, err
 }
