@@ -2,7 +2,7 @@ package redis
 
 import (
 	"context"
-	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -15,45 +15,45 @@ import (
 // a caller may leave at its deadline while the call is in flight.
 type call struct {
 	ctx    context.Context
-	now    string // ARGV[argNow]
-	whole  string // ARGV[argWhole]
+	now    string // ARGV's now
+	whole  bool   // false: the request is split across Cluster slots
 	groups []group
 	err    error         // set before done is closed when the call was not sent
-	done   chan struct{} // closed when every group's cmd has its result
+	done   chan struct{} // closed when every group has its result
 }
 
 // group is the items of one request in one cluster slot (all of them on a
-// standalone server): one script call.
+// standalone server). The groups of a batch that share a slot go into one
+// script call.
 type group struct {
-	idx  []int    // indices of the items in the request
-	keys []string // distinct Redis keys (KEYS)
-	args string   // ARGV[argItems]
-	cmd  *goredis.Cmd
+	idx   []int  // indices of the items in the request
+	items []item // the items, encoded
+	slot  int
+
+	call  *scriptCall
+	reply []int64 // the group's part of the call's reply
+	err   error
 }
 
-// newCall splits items into script calls: one on a standalone server, one
-// per hash slot on a Cluster.
+// newCall splits items into groups: one on a standalone server, one per
+// hash slot on a Cluster.
 func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
-	c := &call{ctx: ctx, whole: wholeRequest, done: make(chan struct{})}
-	if r.clock != nil {
-		c.now = strconv.FormatInt(max(r.clock.Now().UnixMicro(), 0), 10)
-	}
-	keys := make([]string, len(items))
-	for i := range items {
-		keys[i] = redisKey(r.prefix, &items[i])
-	}
+	c := &call{ctx: ctx, now: nowArg(r.clock), whole: true, done: make(chan struct{})}
 	if !r.cluster {
-		idx := make([]int, len(items))
-		for i := range idx {
-			idx[i] = i
+		g := group{idx: make([]int, len(items)), items: make([]item, len(items))}
+		for i := range items {
+			g.idx[i] = i
+			g.items[i] = encodeItem(&items[i], redisKey(r.prefix, &items[i]))
 		}
-		c.groups = []group{makeGroup(items, keys, idx)}
+		c.groups = []group{g}
 		return c
 	}
+	keys := make([]string, len(items))
 	slots := make([]int, len(items))
 	var order []int // distinct slots in order of first appearance
-	for i, k := range keys {
-		slots[i] = slot(k)
+	for i := range items {
+		keys[i] = redisKey(r.prefix, &items[i])
+		slots[i] = slot(keys[i])
 		seen := false
 		for _, s := range order {
 			if s == slots[i] {
@@ -65,18 +65,17 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 			order = append(order, slots[i])
 		}
 	}
-	if len(order) > 1 {
-		c.whole = partOfRequest
-	}
+	c.whole = len(order) == 1
 	c.groups = make([]group, len(order))
 	for gi, s := range order {
-		var idx []int
+		g := &c.groups[gi]
+		g.slot = s
 		for i := range items {
 			if slots[i] == s {
-				idx = append(idx, i)
+				g.idx = append(g.idx, i)
+				g.items = append(g.items, encodeItem(&items[i], keys[i]))
 			}
 		}
-		c.groups[gi] = makeGroup(items, keys, idx)
 	}
 	return c
 }
@@ -142,9 +141,10 @@ func (r *Store) collect() {
 	}
 }
 
-// run sends the script calls of batch in one pipeline (and the ones that
-// met NOSCRIPT again with EVAL), then releases their callers. Calls whose
-// context has ended are not sent.
+// run sends batch as one pipeline of script calls, one per slot (one in
+// all on a standalone server), re-sends the calls that did not run because
+// the server lacked the function or script, then releases the callers.
+// Calls whose context has ended are not sent.
 func (r *Store) run(batch []*call) {
 	live := batch[:0]
 	for _, c := range batch {
@@ -161,46 +161,102 @@ func (r *Store) run(batch []*call) {
 	ctx, cancel := batchContext(live)
 	defer cancel()
 
-	sha := applyScript.Hash()
-	pipe := r.client.Pipeline()
-	n := 0
-	for _, c := range live {
-		for i := range c.groups {
-			g := &c.groups[i]
-			g.cmd = pipe.EvalSha(ctx, sha, g.keys, argv(c.now, c.whole, g.args)...)
-			n++
+	var calls []*scriptCall
+	if r.cluster {
+		bySlot := map[int]*scriptCall{}
+		for _, c := range live {
+			for i := range c.groups {
+				g := &c.groups[i]
+				sc := bySlot[g.slot]
+				if sc == nil {
+					sc = newScriptCall()
+					bySlot[g.slot] = sc
+					calls = append(calls, sc)
+				}
+				sc.add(g, c.now, c.whole)
+			}
 		}
+	} else {
+		sc := newScriptCall()
+		for _, c := range live {
+			sc.add(&c.groups[0], c.now, true)
+		}
+		calls = []*scriptCall{sc}
+	}
+
+	evalsha := r.evalOnly.Load()
+	pipe := r.client.Pipeline()
+	for _, sc := range calls {
+		sc.cmd = sc.command(ctx, evalsha, false)
+		_ = pipe.Process(ctx, sc.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors are in the cmds
 	r.roundTrips.Add(1)
-	r.scriptCalls.Add(uint64(n))
+	r.scriptCalls.Add(uint64(len(calls)))
 
-	var again goredis.Pipeliner
-	n = 0
-	for _, c := range live {
-		for i := range c.groups {
-			g := &c.groups[i]
-			if !goredis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT") {
-				continue
-			}
-			// The script did not run: send it with its source, which also
-			// caches it on the server for the next EVALSHA.
-			if again == nil {
-				again = r.client.Pipeline()
-			}
-			g.cmd = again.Eval(ctx, applyLua, g.keys, argv(c.now, c.whole, g.args)...)
-			n++
+	// Calls that did not run: the server lacks the function (a restart,
+	// FUNCTION FLUSH, the first call) or the script (NOSCRIPT), or has no
+	// functions at all (Redis before 7.0). Nothing ran, so sending them
+	// again cannot charge twice.
+	var again []*scriptCall
+	for _, sc := range calls {
+		if notRun(sc.cmd.Err()) {
+			again = append(again, sc)
 		}
 	}
-	if again != nil {
-		_, _ = again.Exec(ctx)
+	if len(again) > 0 {
+		source := true // EVAL: runs the script and caches it for EVALSHA
+		if !evalsha {
+			if err := r.loadLibrary(ctx); err == nil {
+				source = false
+			} else {
+				// No functions here (or not allowed): scripts from now on.
+				r.evalOnly.Store(true)
+			}
+		}
+		pipe := r.client.Pipeline()
+		for _, sc := range again {
+			sc.cmd = sc.command(ctx, false, source)
+			_ = pipe.Process(ctx, sc.cmd)
+		}
+		_, _ = pipe.Exec(ctx)
 		r.roundTrips.Add(1)
-		r.scriptCalls.Add(uint64(n))
+		r.scriptCalls.Add(uint64(len(again)))
 		r.reloads.Add(1)
+	}
+	for _, sc := range calls {
+		sc.decode()
 	}
 	for _, c := range live {
 		close(c.done)
 	}
+}
+
+// notRun reports whether err says that a script call was refused before it
+// ran: the function or script is unknown, or FCALL itself is.
+func notRun(err error) bool {
+	if err == nil {
+		return false
+	}
+	return goredis.HasErrorPrefix(err, "NOSCRIPT") ||
+		strings.HasPrefix(err.Error(), "ERR Function not found") ||
+		strings.HasPrefix(err.Error(), "ERR unknown command")
+}
+
+// loadLibrary loads the function library on the server, or on every master
+// of a Cluster. A library that is already there is fine.
+func (r *Store) loadLibrary(ctx context.Context) error {
+	load := func(ctx context.Context, c goredis.Cmdable) error {
+		err := c.FunctionLoad(ctx, libraryCode).Err()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil
+		}
+		return err
+	}
+	if cc, ok := r.client.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, r.client)
 }
 
 // batchContext returns a context for a pipeline that ends at the latest

@@ -3,9 +3,13 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
@@ -13,19 +17,56 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
-// benchRedis runs Apply of one item on key(i) from 64 goroutines per CPU
-// (as many concurrent gRPC calls would) and reports Redis round trips and
-// script calls per request.
-func benchRedis(b *testing.B, opts redis.Options, key func(i uint64) string) {
+// redisCost is what a redis-server has spent so far, from INFO: the
+// time of every command (commandstats usec, nested script commands
+// included only inside their script's figure) and its process CPU.
+type redisCost struct{ cmdUsec, cpuUsec float64 }
+
+func readRedisCost(tb testing.TB, rc *goredis.Client) redisCost {
+	tb.Helper()
+	txt, err := rc.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var c redisCost
+	for _, line := range strings.Split(txt, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case k == "cmdstat_fcall" || k == "cmdstat_evalsha" || k == "cmdstat_eval":
+			for _, kv := range strings.Split(v, ",") {
+				if a, b, _ := strings.Cut(kv, "="); a == "usec" {
+					f, _ := strconv.ParseFloat(b, 64)
+					c.cmdUsec += f
+				}
+			}
+		case k == "used_cpu_user" || k == "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			c.cpuUsec += f * 1e6
+		}
+	}
+	return c
+}
+
+// benchRedis runs Apply of one item of limit l on key(i) from 64
+// goroutines per CPU (as many concurrent gRPC calls would) and reports,
+// per request: Redis round trips, script calls, the script's time in Redis
+// (INFO commandstats: redis-µs/op) and the redis-server process's CPU
+// (redis-cpu-µs/op, which adds reading and answering the connections).
+func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i uint64) string) {
 	srv := redistest.StartStandalone(b)
+	rc := srv.Client()
 	opts.URL = srv.URL()
 	r := newRedisStore(b, opts)
-	l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}
 	var next atomic.Uint64
-	var failed atomic.Int64
+	var failed, denied atomic.Int64
+	// One call first: the function library loads outside the measurement.
+	redisApply(b, r, backend.Item{Key: "warm", Limit: l, Hits: 1})
 	b.ReportAllocs()
 	b.SetParallelism(64)
-	before := r.Stats()
+	before, cost0 := r.Stats(), readRedisCost(b, rc)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		items := []backend.Item{{Limit: l, Hits: 1}}
@@ -33,41 +74,87 @@ func benchRedis(b *testing.B, opts redis.Options, key func(i uint64) string) {
 		ctx := context.Background()
 		for pb.Next() {
 			items[0].Key = key(next.Add(1))
-			if ok, err := r.Apply(ctx, items, out); err != nil || !ok {
+			switch ok, err := r.Apply(ctx, items, out); {
+			case err != nil:
 				failed.Add(1)
+			case !ok:
+				denied.Add(1)
 			}
 		}
 	})
 	b.StopTimer()
 	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d requests failed or were denied", n)
+		b.Fatalf("%d requests failed", n)
 	}
-	st := r.Stats()
+	st, cost1 := r.Stats(), readRedisCost(b, rc)
 	reqs := float64(st.Requests - before.Requests)
 	b.ReportMetric(float64(st.RoundTrips-before.RoundTrips)/reqs, "roundtrips/op")
 	b.ReportMetric(float64(st.ScriptCalls-before.ScriptCalls)/reqs, "scripts/op")
-}
-
-func BenchmarkRedisApplyHotKey(b *testing.B) {
-	for _, w := range []time.Duration{0, 50 * time.Microsecond} {
-		b.Run(fmt.Sprintf("window=%v", w), func(b *testing.B) {
-			benchRedis(b, redis.Options{BatchWindow: w}, func(uint64) string { return "hot" })
-		})
+	b.ReportMetric((cost1.cmdUsec-cost0.cmdUsec)/reqs, "redis-µs/op")
+	b.ReportMetric((cost1.cpuUsec-cost0.cpuUsec)/reqs, "redis-cpu-µs/op")
+	if l.Algorithm == algorithms.SlidingWindowLog {
+		b.ReportMetric(float64(denied.Load())/reqs, "denied/op")
+	} else if denied.Load() > 0 {
+		b.Fatalf("%d requests denied by a limit no run reaches", denied.Load())
 	}
-	b.Run("unbatched", func(b *testing.B) {
-		benchRedis(b, redis.Options{BatchSize: 1}, func(uint64) string { return "hot" })
-	})
 }
 
-func BenchmarkRedisApply10kKeys(b *testing.B) {
+// bigLimit never denies in a benchmark.
+func bigLimit(k algorithms.Kind) algorithms.Limit {
+	return algorithms.Limit{Algorithm: k, Requests: 1 << 40, Window: time.Second}
+}
+
+func tenThousandKeys() func(uint64) string {
 	keys := make([]string, 10_000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("user:%d", i)
 	}
+	return func(i uint64) string { return keys[i%uint64(len(keys))] }
+}
+
+func BenchmarkRedisApplyHotKey(b *testing.B) {
+	hot := func(uint64) string { return "hot" }
 	for _, w := range []time.Duration{0, 50 * time.Microsecond} {
 		b.Run(fmt.Sprintf("window=%v", w), func(b *testing.B) {
-			benchRedis(b, redis.Options{BatchWindow: w}, func(i uint64) string { return keys[i%uint64(len(keys))] })
+			benchRedis(b, redis.Options{BatchWindow: w}, bigLimit(algorithms.TokenBucket), hot)
 		})
+	}
+	b.Run("unbatched", func(b *testing.B) {
+		benchRedis(b, redis.Options{BatchSize: 1}, bigLimit(algorithms.TokenBucket), hot)
+	})
+}
+
+func BenchmarkRedisApply10kKeys(b *testing.B) {
+	for _, w := range []time.Duration{0, 50 * time.Microsecond} {
+		b.Run(fmt.Sprintf("window=%v", w), func(b *testing.B) {
+			benchRedis(b, redis.Options{BatchWindow: w}, bigLimit(algorithms.TokenBucket), tenThousandKeys())
+		})
+	}
+}
+
+// BenchmarkRedisDecision: one single-descriptor decision per request on
+// 10,000 keys for every algorithm, unbatched (one script call per request)
+// and batched (the default: concurrent requests share a script call). The
+// sliding log runs at a limit of 1,000 per second on 16 keys, so each key
+// holds hundreds of entries and a decision drops the oldest and pushes
+// one (denied/op says how many hit the limit).
+func BenchmarkRedisDecision(b *testing.B) {
+	for _, k := range algorithms.Kinds() {
+		l := bigLimit(k)
+		keys := tenThousandKeys()
+		if k == algorithms.SlidingWindowLog {
+			l = algorithms.Limit{Algorithm: k, Requests: 1000, Window: time.Second}
+			keys = func(i uint64) string { return "log:" + strconv.Itoa(int(i%16)) }
+		}
+		for _, batch := range []int{1, 0} {
+			name := fmt.Sprintf("%s/batched", k)
+			if batch == 1 {
+				name = fmt.Sprintf("%s/unbatched", k)
+			}
+			b.Run(name, func(b *testing.B) {
+				benchRedis(b, redis.Options{BatchSize: batch}, l, keys)
+			})
+		}
 	}
 }
 

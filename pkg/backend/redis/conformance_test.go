@@ -24,3 +24,16 @@ func TestRedisParity(t *testing.T) {
 		return newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: prefix})
 	}, storetest.InexactHugeCounts())
 }
+
+// TestRedisParityEval runs the same tables through the EVALSHA/EVAL
+// wrapping of the script, which servers without functions get.
+func TestRedisParityEval(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, clock backend.Clock) backend.Store {
+		prefix := fmt.Sprintf("parity%d:", n.Add(1))
+		s := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: prefix})
+		redis.ForceEval(s)
+		return s
+	}, storetest.InexactHugeCounts())
+}

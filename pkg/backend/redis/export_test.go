@@ -7,3 +7,7 @@ var Slot = slot
 
 // RedisKey exposes redisKey to the tests.
 func RedisKey(prefix string, it backend.Item) string { return redisKey(prefix, &it) }
+
+// ForceEval makes s call the script with EVALSHA/EVAL, as it does on a
+// server without functions (Redis before 7.0).
+func ForceEval(s *Store) { s.evalOnly.Store(true) }

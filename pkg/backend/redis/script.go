@@ -1,7 +1,10 @@
 package redis
 
 import (
+	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -15,173 +18,251 @@ import (
 )
 
 // The interface between the store and its script, lua/apply.lua, the Lua
-// twin of backend.Transact. This file encodes the calls and decodes the
-// replies; the script's copies of the constants are checked against Go by
-// TestScriptConstantsMatchGo.
+// twin of backend.Transact and pkg/algorithms. This file encodes the calls
+// and decodes the replies; the script's copies of the constants are checked
+// against Go by TestScriptConstantsMatchGo.
 //
 // # Call
 //
-//	EVALSHA sha numkeys KEYS... ARGV[argNow] ARGV[argWhole] ARGV[argItems]
+//	FCALL envoyrls_apply_<version> numkeys KEYS... ARGV...
+//
+// or, on a server without functions (before Redis 7.0), EVALSHA/EVAL of the
+// same code with the same KEYS and ARGV. One call decides a batch: the
+// requests of one pipeline (on a Cluster, their parts in one hash slot), in
+// order, each all-or-nothing on its own and seeing what the ones before it
+// charged. Each key is read at most once and written at most once per call.
 //
 // KEYS are the distinct Redis keys of the call's items (KeyPrefix, the hash
-// tag of Item.Partition, Item.Key: see redisKey), in the order of their
-// first item, all in one Cluster hash slot.
+// tag of Item.Partition, Item.Key: see redisKey), all in one Cluster slot.
 //
-//   - ARGV[argNow]: the instant in µs since the Unix epoch, or "" for the
-//     script to read Redis's TIME (production: instances with skewed clocks
-//     agree). A given instant is for tests on a timeline (Options.Clock).
-//   - ARGV[argWhole]: "1" when the items are the whole request
-//     (backend.WholeRequest), "0" when they are the part of a request in one
-//     Cluster slot (backend.PartOfRequest).
-//   - ARGV[argItems]: itemFields decimal numbers per item, separated by
-//     single spaces, in the order of the field* constants.
+// ARGV holds the requests one after the other, each:
+//
+//   - now: the instant in µs since the Unix epoch, or "" for the script to
+//     read Redis's TIME (once per call; production: instances with skewed
+//     clocks agree). A given instant is for tests on a timeline
+//     (Options.Clock); keys written by such a call get no TTL.
+//   - n: the number of items, positive for backend.WholeRequest, negative
+//     (-n) for backend.PartOfRequest (the part of a request in one slot).
+//   - itemFields numbers per item, in the order of the field* constants.
+//     fieldFlags is algorithm + flagMode*mode + flagOver*over (the
+//     algorithms.Kind and backend.Mode values; over is 1 when Hits >
+//     Capacity, compared exactly here as two huge numbers may be one
+//     double, or Requests is 0 and Hits > 0).
 //
 // # Reply
 //
-// An array: committed (1 or 0), then replyFields values per item in request
-// order, in the order of the reply* constants. Allowed is 1 or 0; RetryAfter
-// and ResetAfter are integer µs, -1 for algorithms.Never; Remaining is an
-// integer, or a decimal string from 2^53 on (Lua numbers are doubles), with
-// 18446744073709551615 for anything from 2^64 on.
+// Integers only (read without boxing or parsing strings): per request its
+// verdict (1: committed, 0: nothing charged), then replyFields values per
+// item in the order of the reply* constants. Remaining is split as hi*2^32
+// + lo (hi = 2^32 stands for 2^64 and more, read as math.MaxUint64);
+// RetryAfter and ResetAfter are µs, -1 for algorithms.Never.
 //
 // # State
 //
-// A key of fixed_window, token_bucket, sliding_window_counter or gcra holds a
-// string "at count prev level": the fields of algorithms.State (at in µs,
-// level the bucket's debt in token·µs), each written with 17 significant
-// digits so that every double round-trips exactly.
+// Each key holds its state in the key's own type; at, counts and instants
+// are integers written in decimal, and a number that is not an integer
+// below 2^53 (a bucket's level can be) with 17 significant digits, so every
+// double reads back exactly:
 //
-// A key of sliding_window_log holds a list: one entry "at hits" per allowed
-// request still in the window, oldest first (at in µs), followed by a header
-// "at count" as its last element (the newest instant seen and the sum of the
-// entries' hits). The script drops entries that left the window from the
-// head (LTRIM) and appends new ones before the header.
+//	fixed_window            string "at count"
+//	sliding_window_counter  string "at count prev"
+//	token_bucket, gcra      string "at level" (level: the debt in token·µs)
+//	sliding_window_log      list: at index 0 the header "at count last"
+//	                        (the newest instant seen, the sum of the
+//	                        entries' hits, the newest entry's instant), then
+//	                        one entry per allowed request still in the
+//	                        window, oldest first: "at", or "at hits" when
+//	                        hits > 1
+//
+// The script reads a log's header and first entries with one LRANGE and
+// more in growing chunks only while entries leave the window; it drops them
+// with LTRIM, rewrites the header with LSET and appends with RPUSH.
 //
 // A state that is fresh after a committed request (the ResetAfter of its
 // key's last allowing item is zero) is deleted. Otherwise its TTL is that
-// ResetAfter rounded up to the millisecond; with a given instant (tests) the
-// key gets no TTL, since test time does not pass with real time.
+// ResetAfter rounded up to the millisecond.
 
 //go:embed lua/apply.lua
 var applyLua string
 
-// applyScript is the one script that decides a request's items.
-var applyScript = goredis.NewScript(applyLua)
+// scriptVersion names the library and function after the script's
+// content, so that instances running different versions side by side on
+// one Redis each call their own.
+var scriptVersion = func() string {
+	h := sha1.Sum([]byte(applyLua))
+	return hex.EncodeToString(h[:6])
+}()
 
-// Positions of the script's arguments in ARGV (1-based, as in Lua).
-const (
-	argNow   = 1
-	argWhole = 2
-	argItems = 3
+// Function and library names, and the two wrappings of apply.lua.
+var (
+	functionName = "envoyrls_apply_" + scriptVersion
+	libraryCode  = "#!lua name=envoyrls_" + scriptVersion + "\n" + applyLua +
+		"\nredis.register_function('" + functionName + "', function(keys, args) return apply(keys, args) end)\n"
+	evalCode   = applyLua + "\nreturn apply(KEYS, ARGV)\n"
+	evalScript = goredis.NewScript(evalCode)
 )
 
-// argv returns a call's ARGV in the order of the arg* constants.
-func argv(now, whole, items string) []any {
-	a := make([]any, 3)
-	a[argNow-1], a[argWhole-1], a[argItems-1] = now, whole, items
-	return a
-}
-
-// Values of ARGV[argWhole].
+// The numbers of one item in ARGV, in order (the offsets the script reads
+// them at).
 const (
-	wholeRequest  = "1"
-	partOfRequest = "0"
+	fieldKeyIndex = iota // 1-based index into KEYS
+	fieldFlags           // algorithm + flagMode*mode + flagOver*over
+	fieldRequests        // Limit.Requests
+	fieldWindow          // Limit.Window in µs, at least 1
+	fieldCapacity        // Limit.Capacity()
+	fieldHits            // Item.Hits
+	fieldGroup           // Item.Group
+	itemFields           // the number of fields per item (the script's ITEM_FIELDS)
 )
 
-// The fields of one item in ARGV[argItems], in order.
+// Multipliers of the mode and the over bit in fieldFlags (the script's
+// FLAG_MODE and FLAG_OVER).
 const (
-	fieldKeyIndex  = iota // 1-based index into KEYS
-	fieldAlgorithm        // algorithms.Kind
-	fieldRequests         // Limit.Requests
-	fieldWindow           // Limit.Window in µs, at least 1
-	fieldCapacity         // Limit.Capacity()
-	fieldHits             // Item.Hits
-	fieldMode             // backend.Mode
-	fieldGroup            // Item.Group
-	fieldOver             // 1 when Hits > Capacity (compared exactly here) or Requests is 0 and Hits > 0, else 0
-	itemFields            // the number of fields per item (the script's ITEM_FIELDS)
+	flagMode = 8
+	flagOver = 64
 )
 
-// The values of one item in the reply, after the leading committed flag.
+// The values of one item in the reply, after its request's verdict.
 const (
-	replyAllowed    = iota // 1 or 0
-	replyRemaining         // a count
+	replyAllowedHi  = iota // allowed + 2*hi
+	replyLo                // lo: remaining = hi*2^32 + lo
 	replyRetryAfter        // µs, -1 for Never
 	replyResetAfter        // µs, -1 for Never
 	replyFields            // the number of values per item
 )
 
-// makeGroup encodes the items idx (with Redis keys keys) as one script call:
-// KEYS and ARGV[argItems], fields in the order of the field* constants.
-func makeGroup(items []backend.Item, keys []string, idx []int) group {
-	g := group{idx: idx, keys: make([]string, 0, len(idx))}
-	b := make([]byte, 0, 48*len(idx))
-	for _, i := range idx {
-		it := &items[i]
-		ki := -1
-		for j, k := range g.keys {
-			if k == keys[i] {
-				ki = j
-				break
-			}
-		}
-		if ki < 0 {
-			ki = len(g.keys)
-			g.keys = append(g.keys, keys[i])
-		}
-		w := it.Limit.Window.Microseconds()
-		if w < 1 {
-			w = 1
-		}
-		b = strconv.AppendInt(b, int64(ki+1), 10)
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, uint64(it.Limit.Algorithm), 10)
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, it.Limit.Requests, 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, w, 10)
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, it.Limit.Capacity(), 10)
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, it.Hits, 10)
-		b = append(b, ' ')
-		b = strconv.AppendUint(b, uint64(it.Mode), 10)
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, int64(it.Group), 10)
-		if it.Hits > it.Limit.Capacity() || (it.Limit.Requests == 0 && it.Hits > 0) {
-			b = append(b, " 1 "...)
-		} else {
-			b = append(b, " 0 "...)
-		}
+// item is one Item as the script call takes it, encoded in the caller's
+// goroutine (so the pipeline worker never reads the caller's items).
+type item struct {
+	key                      string
+	flags                    int64
+	requests, capacity, hits uint64
+	window                   int64
+	group                    int64
+}
+
+// encodeItem encodes it, whose Redis key is key.
+func encodeItem(it *backend.Item, key string) item {
+	w := it.Limit.Window.Microseconds()
+	if w < 1 {
+		w = 1
 	}
-	g.args = string(b)
-	return g
+	flags := int64(it.Limit.Algorithm) + flagMode*int64(it.Mode)
+	if it.Hits > it.Limit.Capacity() || (it.Limit.Requests == 0 && it.Hits > 0) {
+		flags += flagOver
+	}
+	return item{key: key, flags: flags, requests: it.Limit.Requests, capacity: it.Limit.Capacity(),
+		hits: it.Hits, window: w, group: int64(it.Group)}
+}
+
+// scriptCall is one FCALL (or EVALSHA) of a pipeline: the groups of a
+// batch that share a slot (all of them on a standalone server).
+type scriptCall struct {
+	keys   []string
+	index  map[string]int // key -> 1-based index into keys
+	args   []interface{}
+	groups []*group
+	cmd    *goredis.IntSliceCmd
+}
+
+func newScriptCall() *scriptCall {
+	return &scriptCall{index: make(map[string]int)}
+}
+
+// add appends the request part g (with the call's now) to sc.
+func (sc *scriptCall) add(g *group, now string, whole bool) {
+	g.call = sc
+	sc.groups = append(sc.groups, g)
+	n := int64(len(g.items))
+	if !whole {
+		n = -n
+	}
+	sc.args = append(sc.args, now, n)
+	for i := range g.items {
+		it := &g.items[i]
+		ki, ok := sc.index[it.key]
+		if !ok {
+			sc.keys = append(sc.keys, it.key)
+			ki = len(sc.keys)
+			sc.index[it.key] = ki
+		}
+		var f [itemFields]any
+		f[fieldKeyIndex], f[fieldFlags], f[fieldRequests], f[fieldWindow] = ki, it.flags, it.requests, it.window
+		f[fieldCapacity], f[fieldHits], f[fieldGroup] = it.capacity, it.hits, it.group
+		sc.args = append(sc.args, f[:]...)
+	}
+}
+
+// command returns sc as an FCALL command, or with evalsha as an EVALSHA
+// one, or with source as an EVAL.
+func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *goredis.IntSliceCmd {
+	args := make([]interface{}, 0, 3+len(sc.keys)+len(sc.args))
+	switch {
+	case source:
+		args = append(args, "eval", evalCode)
+	case evalsha:
+		args = append(args, "evalsha", evalScript.Hash())
+	default:
+		args = append(args, "fcall", functionName)
+	}
+	args = append(args, len(sc.keys))
+	for _, k := range sc.keys {
+		args = append(args, k)
+	}
+	args = append(args, sc.args...)
+	return goredis.NewIntSliceCmd(ctx, args...)
 }
 
 // errReply reports a script reply of an unexpected shape.
-var errReply = errors.New("redis: unexpected reply from the script")
+var errReply = errors.New("redis: unexpected reply from the redis script")
 
-// decodeReply writes the decisions of g's items into out.
-func decodeReply(g *group, items []backend.Item, out []algorithms.Decision) error {
-	if g.cmd == nil {
-		return errReply
-	}
-	v, err := g.cmd.Result()
+// decode splits the script call's reply among its groups.
+func (sc *scriptCall) decode() {
+	v, err := sc.cmd.Result()
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		for _, g := range sc.groups {
+			g.err = fmt.Errorf("redis: %w", err)
+		}
+		return
 	}
-	a, ok := v.([]interface{})
-	if !ok || len(a) != 1+replyFields*len(g.idx) {
-		return fmt.Errorf("%w: %T of %d values for %d items", errReply, v, len(a), len(g.idx))
+	at := 0
+	for _, g := range sc.groups {
+		n := 1 + replyFields*len(g.items)
+		if at+n > len(v) {
+			g.err = fmt.Errorf("%w: %d values for %d groups", errReply, len(v), len(sc.groups))
+			continue
+		}
+		g.reply = v[at : at+n]
+		at += n
+	}
+	if at != len(v) {
+		for _, g := range sc.groups {
+			g.err = fmt.Errorf("%w: %d values, %d expected", errReply, len(v), at)
+		}
+	}
+}
+
+// decodeGroup writes the decisions of g's items into out.
+func decodeGroup(g *group, items []backend.Item, out []algorithms.Decision) error {
+	if g.err != nil {
+		return g.err
+	}
+	if len(g.reply) != 1+replyFields*len(g.idx) {
+		return fmt.Errorf("%w: %d values for %d items", errReply, len(g.reply), len(g.idx))
 	}
 	for k, i := range g.idx {
-		f := a[1+replyFields*k : 1+replyFields*(k+1)]
-		allowed, ok1 := f[replyAllowed].(int64)
-		remaining, ok2 := replyCount(f[replyRemaining])
-		retry, ok3 := replyDuration(f[replyRetryAfter])
-		reset, ok4 := replyDuration(f[replyResetAfter])
-		if !ok1 || !ok2 || !ok3 || !ok4 {
+		f := g.reply[1+replyFields*k : 1+replyFields*(k+1)]
+		a, b := f[replyAllowedHi], f[replyLo]
+		allowed := a & 1
+		hi, lo := uint64(a>>1), uint64(b)
+		retry, ok1 := replyDuration(f[replyRetryAfter])
+		reset, ok2 := replyDuration(f[replyResetAfter])
+		if a < 0 || b < 0 || lo >= 1<<32 || hi > 1<<32 || !ok1 || !ok2 {
 			return fmt.Errorf("%w: item %d: %v", errReply, i, f)
+		}
+		remaining := hi<<32 | lo
+		if hi == 1<<32 {
+			remaining = math.MaxUint64
 		}
 		out[i] = algorithms.Decision{
 			Allowed:    allowed == 1,
@@ -194,38 +275,21 @@ func decodeReply(g *group, items []backend.Item, out []algorithms.Decision) erro
 	return nil
 }
 
-// replyCount decodes a count: an integer, or a decimal string from 2^53 on.
-func replyCount(v interface{}) (uint64, bool) {
-	switch x := v.(type) {
-	case int64:
-		if x < 0 {
-			return 0, false
-		}
-		return uint64(x), true
-	case string:
-		if u, err := strconv.ParseUint(x, 10, 64); err == nil {
-			return u, true
-		}
-		f, err := strconv.ParseFloat(x, 64)
-		if err != nil || f < 0 {
-			return 0, false
-		}
-		if f >= math.MaxUint64 {
-			return math.MaxUint64, true
-		}
-		return uint64(f), true
-	}
-	return 0, false
-}
-
 // replyDuration decodes a duration in µs, -1 meaning algorithms.Never.
-func replyDuration(v interface{}) (time.Duration, bool) {
-	x, ok := v.(int64)
+func replyDuration(x int64) (time.Duration, bool) {
 	switch {
-	case !ok || x < -1:
+	case x < -1:
 		return 0, false
 	case x == -1 || x >= int64(algorithms.Never/time.Microsecond):
 		return algorithms.Never, true
 	}
 	return time.Duration(x) * time.Microsecond, true
+}
+
+// nowArg is ARGV's now for a store with clock (nil: Redis's TIME).
+func nowArg(clock backend.Clock) string {
+	if clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(max(clock.Now().UnixMicro(), 0), 10)
 }

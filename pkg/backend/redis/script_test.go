@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -44,6 +45,8 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 		"NEVER":       "-1",
 		"NEVER_US":    strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
 		"ITEM_FIELDS": strconv.Itoa(itemFields),
+		"FLAG_MODE":   strconv.Itoa(flagMode),
+		"FLAG_OVER":   strconv.Itoa(flagOver),
 	}
 	for _, k := range algorithms.Kinds() {
 		name, ok := luaName[k]
@@ -78,40 +81,75 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 	}
 }
 
-// TestMakeGroupLayout: one encoded item has itemFields numbers, each at the
-// position its field constant names.
-func TestMakeGroupLayout(t *testing.T) {
+// TestScriptCallLayout: two requests in one call share KEYS; each request
+// is now, n (negative for a part of a request) and itemFields numbers per
+// item at the positions the field constants name.
+func TestScriptCallLayout(t *testing.T) {
 	items := []backend.Item{
 		{Key: "a", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1, Window: time.Second}},
 		{Key: "b", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Requests: 7, Window: 3 * time.Second, Burst: 11},
 			Hits: 12, Mode: backend.Quota, Group: 5},
 	}
-	g := makeGroup(items, []string{"p:a", "p:b"}, []int{0, 1})
-	if len(g.keys) != 2 || g.keys[1] != "p:b" {
-		t.Fatalf("keys = %q", g.keys)
+	first := group{items: []item{encodeItem(&items[0], "p:a"), encodeItem(&items[1], "p:b")}}
+	second := group{items: []item{encodeItem(&items[1], "p:b")}}
+	sc := newScriptCall()
+	sc.add(&first, "", true)
+	sc.add(&second, "123", false)
+	if len(sc.keys) != 2 || sc.keys[0] != "p:a" || sc.keys[1] != "p:b" {
+		t.Fatalf("keys = %q", sc.keys)
 	}
-	f := strings.Fields(g.args)
-	if len(f) != 2*itemFields {
-		t.Fatalf("%d fields for 2 items: %q", len(f), g.args)
+	if len(sc.args) != 2+2*itemFields+2+itemFields {
+		t.Fatalf("%d args: %v", len(sc.args), sc.args)
 	}
-	second := f[itemFields:]
-	want := map[int]string{
-		fieldKeyIndex:  "2",
-		fieldAlgorithm: strconv.Itoa(int(algorithms.GCRA)),
-		fieldRequests:  "7",
-		fieldWindow:    "3000000",
-		fieldCapacity:  "11",
-		fieldHits:      "12",
-		fieldMode:      strconv.Itoa(int(backend.Quota)),
-		fieldGroup:     "5",
-		fieldOver:      "1",
+	if sc.args[0] != "" || sc.args[1] != int64(2) || sc.args[2+2*itemFields] != "123" || sc.args[3+2*itemFields] != int64(-1) {
+		t.Fatalf("request headers: %v", sc.args)
+	}
+	want := map[int]any{
+		fieldKeyIndex: 2,
+		fieldFlags:    int64(algorithms.GCRA) + flagMode*int64(backend.Quota) + flagOver,
+		fieldRequests: uint64(7),
+		fieldWindow:   int64(3000000),
+		fieldCapacity: uint64(11),
+		fieldHits:     uint64(12),
+		fieldGroup:    int64(5),
 	}
 	if len(want) != itemFields {
 		t.Fatalf("the test checks %d of %d fields", len(want), itemFields)
 	}
-	for i, w := range want {
-		if second[i] != w {
-			t.Errorf("field %d = %s, want %s (args %q)", i, second[i], w, g.args)
+	for _, at := range []int{2 + itemFields, 4 + 2*itemFields} { // b in both requests
+		for i, w := range want {
+			if sc.args[at+i] != w {
+				t.Errorf("field %d at %d = %v (%T), want %v (%T)", i, at+i, sc.args[at+i], sc.args[at+i], w, w)
+			}
 		}
+	}
+}
+
+// TestDecodeRemainingSplit: remaining comes as hi*2^32 + lo, and hi = 2^32
+// saturates.
+func TestDecodeRemainingSplit(t *testing.T) {
+	items := []backend.Item{{Key: "a"}, {Key: "b"}, {Key: "c"}}
+	g := &group{idx: []int{0, 1, 2}, reply: []int64{
+		1,
+		1, 7, 0, 5,
+		0 + 2*3, 9, 10, -1,
+		1 + 2*(1<<32), 0, 0, 0,
+	}}
+	out := make([]algorithms.Decision, 3)
+	if err := decodeGroup(g, items, out); err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Allowed || out[0].Remaining != 7 || out[0].ResetAfter != 5*time.Microsecond {
+		t.Errorf("item 0: %+v", out[0])
+	}
+	if out[1].Allowed || out[1].Remaining != 3<<32+9 || out[1].RetryAfter != 10*time.Microsecond || out[1].ResetAfter != algorithms.Never {
+		t.Errorf("item 1: %+v", out[1])
+	}
+	if !out[2].Allowed || out[2].Remaining != math.MaxUint64 {
+		t.Errorf("item 2: %+v", out[2])
+	}
+	g.reply[2] = 1 << 32 // lo out of range
+	if err := decodeGroup(g, items, out); err == nil {
+		t.Error("a lo of 2^32 was accepted")
 	}
 }

@@ -75,6 +75,10 @@ type Store struct {
 
 	requests, roundTrips, scriptCalls atomic.Uint64
 	localDenials, errs, reloads       atomic.Uint64
+
+	// evalOnly is set once the server turned out to have no functions
+	// (Redis before 7.0, or FUNCTION not allowed): EVALSHA from then on.
+	evalOnly atomic.Bool
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -229,7 +233,7 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 		return false, err
 	}
 	for i := range c.groups {
-		if err := decodeReply(&c.groups[i], items, out); err != nil {
+		if err := decodeGroup(&c.groups[i], items, out); err != nil {
 			r.errs.Add(1)
 			return false, err
 		}

@@ -1,40 +1,42 @@
--- apply.lua decides the items of one envoy-rls request (or of one cluster
--- slot of it) atomically. It is the Lua twin of backend.Transact (load the
--- states, decide every item in order, commit or report checks) and of
--- pkg/algorithms, with the same formulas in the same order, so both stores
--- give identical decisions; a change to either must be made to this script
--- too. Lua numbers are doubles: every count, limit and instant is exact below
+-- apply.lua is the Redis side of the Redis store: the Lua twin of
+-- pkg/algorithms and of the memory store, with the same formulas in the
+-- same order, so both stores give identical decisions. One call decides a
+-- batch of requests (on a Cluster, the parts of requests in one hash slot),
+-- in order, each one all-or-nothing on its own and seeing the state the
+-- ones before it left; each key is read once and written once per call.
+-- Lua numbers are doubles: every count, limit and instant is exact below
 -- 2^53.
 --
--- The arguments, the reply and the state layouts are specified in
--- ../script.go, which encodes and decodes them. In short:
---
--- KEYS     the distinct state keys of the items, all in one cluster slot.
--- ARGV[1]  now in µs since the Unix epoch, or "" to read Redis's own TIME.
--- ARGV[2]  "1": backend.WholeRequest; "0": backend.PartOfRequest.
--- ARGV[3]  ITEM_FIELDS numbers per item, separated by spaces: key index
---          (1-based into KEYS), algorithm, requests, window µs, capacity,
---          hits, mode, group, over.
---
--- Returns {committed, then per item: allowed, remaining, retry_after,
--- reset_after}.
---
--- The constants below are copies of Go's (algorithms.Kind, backend.Mode,
--- algorithms.Never, the layout); TestScriptConstantsMatchGo fails when they
--- differ.
+-- The layout of KEYS, ARGV, the reply and the stored state is documented
+-- in script.go, next to the Go code that writes and reads it. script.go
+-- wraps this file two ways: as a function library (FUNCTION LOAD, called
+-- with FCALL, where the tables below outlive a call and are reused), and
+-- as a script for EVALSHA/EVAL on servers without functions. Either way
+-- the entry point is apply(keys, args).
 
+-- Copies of Go's constants (algorithms.Kind, backend.Mode, algorithms.Never,
+-- the layout of script.go); TestScriptConstantsMatchGo fails when they
+-- differ.
 local FIXED, BUCKET, LOG, COUNTER, GCRA = 0, 1, 2, 3, 4
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
-local ITEM_FIELDS = 9
+local ITEM_FIELDS = 7
+local FLAG_MODE, FLAG_OVER = 8, 64
 local NEVER = -1
--- algorithms.Never in µs: math.MaxInt64 ns / 1000.
-local NEVER_US = 9223372036854775
+local NEVER_US = 9223372036854775 -- algorithms.Never in µs
 local EXACT = 9007199254740992 -- 2^53
-local MAX_U64 = 18446744073709551616 -- 2^64, math.MaxUint64 as a double
+local MAX_U64 = 18446744073709551616 -- 2^64
 
-local floor, ceil, fmod = math.floor, math.ceil, math.fmod
+-- Library functions, bound on the first call: a function library sees
+-- no globals but redis while it loads.
+local floor, ceil, fmod, tonum, find, sub, format, unpk, each, fail, call
 
--- micros mirrors algorithms.micros: µs to a duration, saturating at Never.
+local function bind()
+	floor, ceil, fmod = math.floor, math.ceil, math.fmod
+	tonum, find, sub, format = tonumber, string.find, string.sub, string.format
+	unpk, each, fail, call = unpack, pairs, error, redis.call
+end
+local K -- the KEYS of the call being run
+
 local function micros(us)
 	if us <= 0 then
 		return 0
@@ -45,7 +47,6 @@ local function micros(us)
 	return us
 end
 
--- ceil_micros mirrors algorithms.ceilMicros.
 local function ceil_micros(us)
 	if not (us > 0) then
 		return 0
@@ -56,8 +57,6 @@ local function ceil_micros(us)
 	return micros(ceil(us))
 end
 
--- floor_u mirrors algorithms.floorU (saturating at 2^64, which the reply
--- encodes as math.MaxUint64).
 local function floor_u(f)
 	if not (f > 0) then
 		return 0
@@ -75,158 +74,194 @@ local function sub0(a, b)
 	return a - b
 end
 
-local now
-if ARGV[1] ~= "" then
-	now = tonumber(ARGV[1])
-else
-	local t = redis.call("TIME")
-	now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-if now < 0 then
-	now = 0
-end
-local injected = ARGV[1] ~= ""
-local whole = ARGV[2] == "1"
-
--- The items.
-local items = {}
-do
-	local f = {}
-	for tok in string.gmatch(ARGV[3], "%S+") do
-		f[#f + 1] = tonumber(tok)
+-- num formats a state number so that it reads back exactly: an integer
+-- below 2^53 in decimal, anything else with 17 significant digits.
+local function num(x)
+	if x < EXACT and x == floor(x) then
+		return format("%d", x)
 	end
-	if #f % ITEM_FIELDS ~= 0 then
-		error("envoy-rls: malformed items")
-	end
-	for i = 0, #f / ITEM_FIELDS - 1 do
-		local b = i * ITEM_FIELDS
-		local it = {
-			ki = f[b + 1], alg = f[b + 2], requests = f[b + 3], w = f[b + 4],
-			cap = f[b + 5], hits = f[b + 6], mode = f[b + 7], group = f[b + 8],
-			over = f[b + 9] == 1,
-		}
-		if it.alg ~= FIXED and it.alg ~= BUCKET and it.alg ~= LOG and it.alg ~= COUNTER and it.alg ~= GCRA then
-			error("envoy-rls: unknown algorithm " .. tostring(it.alg))
-		end
-		if it.mode ~= ENFORCED and it.mode ~= SHADOW and it.mode ~= QUOTA then
-			error("envoy-rls: unknown mode " .. tostring(it.mode))
-		end
-		items[i + 1] = it
-	end
+	return format("%.17g", x)
 end
 
--- Log entries read from Redis, per key index: entries[ki][i] = {at, hits}.
-local entries = {}
+local function malformed(ki)
+	return fail("envoy-rls: malformed state of " .. K[ki])
+end
 
--- load reads the state of key index ki for algorithm alg.
+-- Scalar state of a key (every algorithm but the log), as loaded or as
+-- charged so far in this batch: the fields of algorithms.State.
+local s_at, s_count, s_prev, s_level = {}, {}, {}, {}
+-- Log state: header (at, count), the stored entries read so far
+-- (l_ent[ki][2i-1], l_ent[ki][2i] = at, hits of entry i), how many are
+-- stored (l_m, nil until known), how many of the entries are gone
+-- (l_drop), the entries pushed in this batch (l_push, flat at, hits), and
+-- whether the key existed.
+local l_ent, l_m, l_drop, l_push, l_np, l_exists = {}, {}, {}, {}, {}, {}
+-- Per key: its algorithm, the ResetAfter of its last charge (its TTL),
+-- and the call (G) in which it was loaded. These tables live as long as
+-- the function library (with EVAL, one call), so a call allocates no
+-- tables for scalar keys: an entry is valid only when lgen[ki] is the
+-- current call's G.
+local algs, resets, lgen = {}, {}, {}
+local G = 0
+-- The keys charged in this call, in order (dl[1..dn]), and dgen[ki] == G
+-- when ki is among them.
+local dl, dgen, dn = {}, {}, 0
+
 local function load(ki, alg)
-	local key = KEYS[ki]
+	local key = K[ki]
+	algs[ki], lgen[ki] = alg, G
 	if alg == LOG then
-		local n = redis.call("LLEN", key)
+		local r = call("LRANGE", key, 0, 3)
+		local n = #r
+		l_drop[ki], l_push[ki], l_np[ki] = 0, {}, 0
 		if n == 0 then
-			return { ki = ki, at = 0, count = 0, m = 0, drop = 0, pushed = {}, exists = false }
+			s_at[ki], s_count[ki], s_prev[ki], l_ent[ki], l_m[ki], l_exists[ki] = 0, 0, 0, {}, 0, false
+			return
 		end
-		local a, c = string.match(redis.call("LINDEX", key, -1), "^(%S+) (%S+)$")
-		if not a then
-			error("envoy-rls: malformed log header of " .. key)
+		local h = r[1]
+		local i = find(h, " ", 1, true)
+		local j = i and find(h, " ", i + 1, true)
+		if not j then
+			malformed(ki)
 		end
-		return { ki = ki, at = tonumber(a), count = tonumber(c), m = n - 1, drop = 0, pushed = {}, exists = true }
-	end
-	local v = redis.call("GET", key)
-	if not v then
-		return { at = 0, count = 0, prev = 0, level = 0 }
-	end
-	local a, c, p, l = string.match(v, "^(%S+) (%S+) (%S+) (%S+)$")
-	if not a then
-		error("envoy-rls: malformed state of " .. key)
-	end
-	return { at = tonumber(a), count = tonumber(c), prev = tonumber(p), level = tonumber(l) }
-end
-
--- stored returns entry i (1-based) of the log stored at key index ki, which
--- holds m entries, reading them from Redis in chunks.
-local function stored(ki, m, i)
-	local c = entries[ki]
-	if c == nil then
-		c = {}
-		entries[ki] = c
-	end
-	local e = c[i]
-	if e == nil then
-		local lo = i - 1
-		local hi = lo + 63
-		if hi > m - 1 then
-			hi = m - 1
+		s_at[ki], s_count[ki], s_prev[ki] = tonum(sub(h, 1, i - 1)), tonum(sub(h, i + 1, j - 1)), tonum(sub(h, j + 1))
+		if not (s_at[ki] and s_count[ki] and s_prev[ki]) then
+			malformed(ki)
 		end
-		local r = redis.call("LRANGE", KEYS[ki], lo, hi)
-		for j = 1, #r do
-			local a, h = string.match(r[j], "^(%S+) (%S+)$")
-			if not a then
-				error("envoy-rls: malformed log entry of " .. KEYS[ki])
+		local e = {}
+		for j = 2, n do
+			local v = r[j]
+			local p = find(v, " ", 1, true)
+			if p then
+				e[2 * j - 3], e[2 * j - 2] = tonum(sub(v, 1, p - 1)), tonum(sub(v, p + 1))
+			else
+				e[2 * j - 3], e[2 * j - 2] = tonum(v), 1
 			end
-			c[lo + j] = { tonumber(a), tonumber(h) }
 		end
-		e = c[i]
+		l_ent[ki], l_exists[ki], l_m[ki] = e, true, nil -- every field: the tables outlive calls
+		if n < 4 then
+			l_m[ki] = n - 1
+		end
+		return
 	end
-	return e
-end
-
--- A log state is the stored entries followed by the pushed ones, of which
--- the first drop are gone.
-local function log_len(s)
-	return s.m + #s.pushed - s.drop
-end
-
-local function log_at(s, i)
-	local j = s.drop + i
-	if j <= s.m then
-		return stored(s.ki, s.m, j)
+	local v = call("GET", key)
+	if not v then
+		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = 0, 0, 0, 0
+		return
 	end
-	return s.pushed[j - s.m]
+	local i = find(v, " ", 1, true)
+	if not i then
+		malformed(ki)
+	end
+	local at = tonum(sub(v, 1, i - 1))
+	if alg == FIXED then
+		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, tonum(sub(v, i + 1)), 0, 0
+	elseif alg == COUNTER then
+		local j = find(v, " ", i + 1, true)
+		if not j then
+			malformed(ki)
+		end
+		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, tonum(sub(v, i + 1, j - 1)), tonum(sub(v, j + 1)), 0
+	else
+		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, 0, 0, tonum(sub(v, i + 1))
+	end
+	if not (s_at[ki] and s_count[ki] and s_prev[ki] and s_level[ki]) then
+		malformed(ki)
+	end
 end
 
--- A decision is {allowed, remaining, retry_after, reset_after}.
+-- entry returns at, hits of stored entry i (1-based) of log key ki, or nil
+-- past the end, reading further entries in growing chunks.
+local function entry(ki, i)
+	local e = l_ent[ki]
+	local at = e[2 * i - 1]
+	if at then
+		return at, e[2 * i]
+	end
+	local m = l_m[ki]
+	if m and i > m then
+		return nil
+	end
+	-- Entries i.. are list indices i.. (the header is index 0).
+	local want = i
+	if want < 8 then
+		want = 8
+	elseif want > 256 then
+		want = 256
+	end
+	local r = call("LRANGE", K[ki], i, i + want - 1)
+	local n = #r
+	for j = 1, n do
+		local v = r[j]
+		local p = find(v, " ", 1, true)
+		local k = i + j - 1
+		if p then
+			e[2 * k - 1], e[2 * k] = tonum(sub(v, 1, p - 1)), tonum(sub(v, p + 1))
+		else
+			e[2 * k - 1], e[2 * k] = tonum(v), 1
+		end
+	end
+	if n < want then
+		l_m[ki] = i + n - 1
+	end
+	return e[2 * i - 1], e[2 * i]
+end
 
--- Each algorithm takes over = hits > capacity (exact, from Go).
+-- log_at returns at, hits of entry i (1-based) of the log ki after drop
+-- entries are gone, or nil past its end.
+local function log_at(ki, drop, i)
+	local j = drop + i
+	local at, h = entry(ki, j)
+	if at then
+		return at, h
+	end
+	local m = l_m[ki]
+	local p = j - m
+	local push = l_push[ki]
+	if p <= l_np[ki] then
+		return push[2 * p - 1], push[2 * p]
+	end
+	return nil
+end
 
-local function fixed_window(l, s, now, hits, over)
-	local w = l.w
+-- The algorithms return allowed, remaining, retry_after, reset_after and
+-- the new state (at, count, prev, level; for the log: at, count, drop).
+
+local function fixed_window(req, w, ki, now, hits, over)
+	local at, cnt = s_at[ki], s_count[ki]
 	local start = now - fmod(now, w)
-	if start < s.at then -- the clock stepped back into an earlier window
-		start = s.at
-		if now < s.at then
-			now = s.at
+	if start < at then
+		start = at
+		if now < at then
+			now = at
 		end
 	end
 	local count = 0
-	if start == s.at then
-		count = s.count
+	if start == at then
+		count = cnt
 	end
-	local limit = l.requests
-	local left = sub0(limit, count)
+	local left = sub0(req, count)
 	local e = micros(w - (now - start))
 	if over or hits > left then
-		local d = { false, left, e, e }
+		local retry, reset = e, e
 		if over then
-			d[3] = NEVER
+			retry = NEVER
 		end
 		if count == 0 then
-			d[4] = 0
+			reset = 0
 		end
-		return s, d
+		return false, left, retry, reset
 	end
 	count = count + hits
-	local d = { true, limit - count, 0, 0 }
+	local reset = 0
 	if count > 0 then
-		d[4] = e
+		reset = e
 	end
-	return { at = start, count = count, prev = 0, level = 0 }, d
+	return true, req - count, 0, reset, start, count, 0, 0
 end
 
--- floor_div mirrors algorithms.floorDiv: floor(num/den) clamped to [0, max];
--- a zero den gives max.
-local function floor_div(num, den, max)
-	local q = floor(num / den)
+local function floor_div(num_, den, max)
+	local q = floor(num_ / den)
 	if not (q < max) then
 		return max
 	end
@@ -236,26 +271,24 @@ local function floor_div(num, den, max)
 	return q
 end
 
--- sliding_counter mirrors algorithms.slidingCounter, in hits scaled by the
--- window (hit·µs).
-local function sliding_counter(l, s, now, hits, over)
-	local w = l.w
+local function sliding_counter(req, w, ki, now, hits, over)
+	local at = s_at[ki]
 	local start = now - fmod(now, w)
-	if start < s.at then
-		start = s.at
-		if now < s.at then
-			now = s.at
+	if start < at then
+		start = at
+		if now < at then
+			now = at
 		end
 	end
 	local cur, prev = 0, 0
-	if start == s.at then
-		cur, prev = s.count, s.prev
-	elseif start - w == s.at then
-		prev = s.count
+	if start == at then
+		cur, prev = s_count[ki], s_prev[ki]
+	elseif start - w == at then
+		prev = s_count[ki]
 	end
 	local elapsed = now - start
 	local fw = w
-	local full = l.requests * fw
+	local full = req * fw
 	local used = prev * (w - elapsed) + cur * fw
 	local reset = 0
 	if cur > 0 then
@@ -263,137 +296,153 @@ local function sliding_counter(l, s, now, hits, over)
 	elseif prev > 0 then
 		reset = w - elapsed
 	end
-	if over or hits > sub0(l.requests, cur) or used + hits * fw > full then
-		local d = { false, floor_u((full - used) / fw), 0, micros(reset) }
+	if over or hits > sub0(req, cur) or used + hits * fw > full then
+		local retry
 		if over then
-			d[3] = NEVER
-		elseif hits <= sub0(l.requests, cur) then
-			-- Within this window, once enough of the previous one slides out.
-			local need = (l.requests - cur - hits) * fw
+			retry = NEVER
+		elseif hits <= sub0(req, cur) then
+			local need = (req - cur - hits) * fw
 			local e = w - floor_div(need, prev, w)
-			d[3] = micros(e - elapsed)
+			retry = micros(e - elapsed)
 		else
-			-- In the next window, where this window's count becomes prev.
-			local need = (l.requests - hits) * fw
+			local need = (req - hits) * fw
 			local e = w - floor_div(need, cur, w)
-			d[3] = micros(w + e - elapsed)
+			retry = micros(w + e - elapsed)
 		end
-		return s, d
+		return false, floor_u((full - used) / fw), retry, micros(reset)
 	end
 	cur = cur + hits
 	used = used + hits * fw
 	if hits > 0 then
 		reset = 2 * w - elapsed
 	end
-	return { at = start, count = cur, prev = prev, level = 0 }, { true, floor_u((full - used) / fw), 0, micros(reset) }
+	return true, floor_u((full - used) / fw), 0, micros(reset), start, cur, prev, 0
 end
 
--- bucket mirrors algorithms.bucket, which decides token_bucket and gcra: the
--- state is the last update and the debt in token·µs.
-local function bucket(l, s, now, hits, over)
-	if now < s.at then -- the clock stepped back
-		now = s.at
+local function bucket(req, w, capacity, ki, now, hits, over)
+	local at = s_at[ki]
+	if now < at then
+		now = at
 	end
-	local capacity = l.cap
-	local fw, rate = l.w, l.requests
+	local fw, rate = w, req
 	local full = capacity * fw
-	local debt = s.level - (now - s.at) * rate
+	local debt = s_level[ki] - (now - at) * rate
 	if debt < 0 then
 		debt = 0
 	end
 	local need = debt + hits * fw
 	if over or need > full then
-		local d = { false, floor_u((full - debt) / fw), NEVER, ceil_micros(debt / rate) }
+		local retry = NEVER
 		if not over then
-			d[3] = ceil_micros((need - full) / rate)
+			retry = ceil_micros((need - full) / rate)
 		end
-		return s, d
+		return false, floor_u((full - debt) / fw), retry, ceil_micros(debt / rate)
 	end
-	return { at = now, count = 0, prev = 0, level = need },
-		{ true, floor_u((full - need) / fw), 0, ceil_micros(need / rate) }
+	return true, floor_u((full - need) / fw), 0, ceil_micros(need / rate), now, 0, 0, need
 end
 
-local function sliding_log(l, s, now, hits, over)
-	local w = l.w
-	if now < s.at then
-		now = s.at
+local function sliding_log(req, w, ki, now, hits, over)
+	local at = s_at[ki]
+	if now < at then
+		now = at
 	end
-	local v = { ki = s.ki, at = s.at, count = s.count, m = s.m, drop = s.drop, pushed = s.pushed, exists = s.exists }
-	local count = s.count
-	while log_len(v) > 0 and log_at(v, 1)[1] <= now - w do
-		count = count - log_at(v, 1)[2]
-		v.drop = v.drop + 1
+	local count, drop = s_count[ki], l_drop[ki]
+	local edge = now - w
+	while true do
+		local eat, eh = log_at(ki, drop, 1)
+		if not eat or eat > edge then
+			break
+		end
+		count = count - eh
+		drop = drop + 1
 	end
-	local limit = l.requests
-	local left = sub0(limit, count)
+	local left = sub0(req, count)
 	if over or hits > left then
-		local d = { false, left, 0, 0 }
-		local n = log_len(v)
-		if n > 0 then
-			d[4] = micros(log_at(v, n)[1] + w - now)
+		local retry, reset = 0, 0
+		if count > 0 then -- entries are left; the newest is at s_prev
+			reset = micros(s_prev[ki] + w - now)
 		end
 		if over then
-			d[3] = NEVER
+			retry = NEVER
 		else
-			local need, freed = hits - left, 0
-			for i = 1, n do
-				local e = log_at(v, i)
-				freed = freed + e[2]
-				if freed >= need then
-					d[3] = micros(e[1] + w - now)
+			local need, freed, i = hits - left, 0, 1
+			while true do
+				local eat, eh = log_at(ki, drop, i)
+				if not eat then
 					break
 				end
+				freed = freed + eh
+				if freed >= need then
+					retry = micros(eat + w - now)
+					break
+				end
+				i = i + 1
 			end
 		end
-		return s, d
+		return false, left, retry, reset
 	end
+	count = count + hits
+	local last = s_prev[ki]
 	if hits > 0 then
-		local p = {}
-		for i = 1, #s.pushed do
-			p[i] = s.pushed[i]
-		end
-		p[#p + 1] = { now, hits }
-		v.pushed = p
-		count = count + hits
+		last = now
 	end
-	v.at, v.count = now, count
-	local d = { true, limit - count, 0, 0 }
-	local n = log_len(v)
-	if n > 0 then
-		d[4] = micros(log_at(v, n)[1] + w - now)
+	local reset = 0
+	if count > 0 then
+		reset = micros(last + w - now)
 	end
-	return v, d
+	return true, req - count, 0, reset, now, count, last, drop
 end
 
--- decide mirrors algorithms.DecideMicros.
-local function decide(it, s, now, hits, over)
-	if it.requests == 0 then
+local function decide(alg, req, w, capacity, ki, now, hits, over)
+	if req == 0 then
 		if hits == 0 then
-			return s, { true, 0, 0, 0 }
+			return true, 0, 0, 0, s_at[ki], s_count[ki], s_prev[ki], (alg == LOG) and l_drop[ki] or s_level[ki]
 		end
-		return s, { false, 0, NEVER, 0 }
+		return false, 0, NEVER, 0
 	end
-	local alg = it.alg
-	if alg == BUCKET or alg == GCRA then
-		return bucket(it, s, now, hits, over)
+	if alg == FIXED then
+		return fixed_window(req, w, ki, now, hits, over)
+	elseif alg == BUCKET or alg == GCRA then
+		return bucket(req, w, capacity, ki, now, hits, over)
 	elseif alg == LOG then
-		return sliding_log(it, s, now, hits, over)
-	elseif alg == COUNTER then
-		return sliding_counter(it, s, now, hits, over)
+		return sliding_log(req, w, ki, now, hits, over)
 	end
-	return fixed_window(it, s, now, hits, over)
+	return sliding_counter(req, w, ki, now, hits, over)
 end
 
-local function num(x)
-	return string.format("%.17g", x)
+
+-- reply writes an item's decision at out[o+1..o+4]: allowed + 2*hi, lo,
+-- retry_after, reset_after, where remaining = hi*2^32 + lo (hi = 2^32 for
+-- a remaining of 2^64 or more, which Go reads as math.MaxUint64). Every
+-- value is an integer, so Go reads the reply without parsing strings.
+local out
+
+local function reply(o, ok, rem, retry, reset)
+	local a = 0
+	if ok then
+		a = 1
+	end
+	if rem >= 4294967296 then
+		local hi = floor(rem / 4294967296)
+		if hi > 4294967296 then
+			hi = 4294967296
+		end
+		out[o + 1], out[o + 2] = a + 2 * hi, rem - hi * 4294967296
+	else
+		out[o + 1], out[o + 2] = a, rem
+	end
+	out[o + 3], out[o + 4] = retry, reset
 end
 
--- save writes the state s of key index ki, whose ResetAfter is reset (µs or
--- NEVER).
-local function save(ki, alg, s, reset)
-	local key = KEYS[ki]
+-- Undo log of one request: the keys it changed and their state before.
+local u_keys, u_at, u_count, u_prev, u_level, u_drop, u_np, u_reset = {}, {}, {}, {}, {}, {}, {}, {}
+local tgen, RQ = {}, 0
+local ok_ = {}
+
+local function save(ki, injected)
+	local key, reset, alg = K[ki], resets[ki], algs[ki]
 	if reset == 0 then
-		redis.call("DEL", key) -- the state is fresh: keep nothing
+		call("DEL", key)
 		return
 	end
 	local ms = nil
@@ -401,121 +450,194 @@ local function save(ki, alg, s, reset)
 		ms = ceil(reset / 1000)
 	end
 	if alg ~= LOG then
-		local v = num(s.at) .. " " .. num(s.count) .. " " .. num(s.prev) .. " " .. num(s.level)
-		if ms then
-			redis.call("SET", key, v, "PX", ms)
+		local v
+		if alg == FIXED then
+			v = num(s_at[ki]) .. " " .. num(s_count[ki])
+		elseif alg == COUNTER then
+			v = num(s_at[ki]) .. " " .. num(s_count[ki]) .. " " .. num(s_prev[ki])
 		else
-			redis.call("SET", key, v)
+			v = num(s_at[ki]) .. " " .. num(s_level[ki])
+		end
+		if ms then
+			call("SET", key, v, "PX", ms)
+		else
+			call("SET", key, v)
 		end
 		return
 	end
-	local header = num(s.at) .. " " .. num(s.count)
-	local trim = s.drop
-	if trim > s.m then
-		trim = s.m
+	local header = num(s_at[ki]) .. " " .. num(s_count[ki]) .. " " .. num(s_prev[ki])
+	local drop, m = l_drop[ki], l_m[ki]
+	local trim = drop
+	if m and trim > m then -- without m, fewer than m were read
+		trim = m
 	end
-	local new = {}
-	for i = s.drop - trim + 1, #s.pushed do
-		local e = s.pushed[i]
-		new[#new + 1] = num(e[1]) .. " " .. num(e[2])
-	end
-	if s.exists then
-		if trim > 0 then
-			redis.call("LTRIM", key, trim, -1)
-		end
-		if #new > 0 then
-			redis.call("RPOP", key)
-			new[#new + 1] = header
-			redis.call("RPUSH", key, unpack(new))
+	local new, nn = {}, 0
+	local push = l_push[ki]
+	for k = drop - trim + 1, l_np[ki] do
+		local at, h = push[2 * k - 1], push[2 * k]
+		nn = nn + 1
+		if h == 1 then
+			new[nn] = num(at)
 		else
-			redis.call("LSET", key, -1, header)
+			new[nn] = num(at) .. " " .. num(h)
+		end
+	end
+	if l_exists[ki] then
+		if trim > 0 then
+			call("LTRIM", key, trim, -1)
+		end
+		call("LSET", key, 0, header)
+		if nn > 0 then
+			call("RPUSH", key, unpk(new))
 		end
 	else
-		new[#new + 1] = header
-		redis.call("RPUSH", key, unpack(new))
+		call("RPUSH", key, header, unpk(new))
 	end
 	if ms then
-		redis.call("PEXPIRE", key, ms)
+		call("PEXPIRE", key, ms)
 	else
-		redis.call("PERSIST", key)
+		call("PERSIST", key)
 	end
 end
 
--- backend.Transact from here on. Decide every item in order; items of one
--- key see the hits of the allowing ones before them.
-local orig, work, algs, charged, reset, dec = {}, {}, {}, {}, {}, {}
-for i, it in ipairs(items) do
-	local ki = it.ki
-	if orig[ki] == nil then
-		orig[ki] = load(ki, it.alg)
-		work[ki], algs[ki] = orig[ki], it.alg
-	elseif algs[ki] ~= it.alg then
-		error("envoy-rls: items of key " .. KEYS[ki] .. " use different algorithms")
+-- apply runs one call: keys are KEYS, args ARGV (see script.go).
+local function apply(keys, args)
+	if not floor then
+		bind()
 	end
-	local s, d = decide(it, work[ki], now, it.hits, it.over)
-	dec[i] = d
-	if d[1] then
-		work[ki], charged[ki], reset[ki] = s, true, d[4]
-	end
-end
-
--- Whether to commit: backend.Verdict for a whole request; for one slot of a
--- split request (backend.PartOfRequest), unless an Enforced item denies.
-local commit = true
-do
-	local groups, quota = {}, false
-	for i, it in ipairs(items) do
-		if it.mode == ENFORCED then
-			if not dec[i][1] then
-				commit = false
-				break
+	K = keys
+	G = G + 1
+	dn = 0
+	out = {}
+	local A, no = args, 0
+	local time_now, injected
+	local p, na = 1, #args
+	while p <= na do
+		local now = A[p]
+		if now == "" then
+			if not time_now then
+				local t = call("TIME")
+				time_now = tonum(t[1]) * 1000000 + tonum(t[2])
 			end
-		elseif it.mode == QUOTA then
-			quota = true
-			groups[it.group] = groups[it.group] or not dec[i][1]
+			now = time_now
+		else
+			now = tonum(now)
+			injected = true
 		end
-	end
-	if commit and whole and quota then
-		commit = false
-		for _, denied in pairs(groups) do
-			if not denied then
-				commit = true
-				break
+		if now < 0 then
+			now = 0
+		end
+		local n = tonum(A[p + 1])
+		local whole = n > 0
+		if not whole then
+			n = -n
+		end
+		p = p + 2
+		local first = p
+		no = no + 1
+		local commit_at = no
+		out[no] = 1
+		RQ = RQ + 1
+		local u_n, dn0 = 0, dn
+		local enforced_ok, groups = true, nil
+		for i = 1, n do
+			local ki, flags, req, w, capacity, hits = tonum(A[p]), tonum(A[p + 1]), tonum(A[p + 2]),
+				tonum(A[p + 3]), tonum(A[p + 4]), tonum(A[p + 5])
+			local alg = flags % FLAG_MODE
+			local mode = floor(flags / FLAG_MODE) % FLAG_MODE
+			local over = floor(flags / FLAG_OVER) % 2 == 1
+			if alg > GCRA or mode > QUOTA then
+				fail("envoy-rls: unknown algorithm or mode in flags " .. A[p + 1])
+			end
+			if lgen[ki] ~= G then
+				load(ki, alg)
+			elseif algs[ki] ~= alg then
+				fail("envoy-rls: items of key " .. K[ki] .. " use different algorithms")
+			end
+			local ok, rem, retry, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
+			if ok then
+				if tgen[ki] ~= RQ then
+					tgen[ki] = RQ
+					u_n = u_n + 1
+					u_keys[u_n] = ki
+					u_at[u_n], u_count[u_n], u_prev[u_n], u_level[u_n] = s_at[ki], s_count[ki], s_prev[ki], s_level[ki]
+					u_drop[u_n], u_np[u_n], u_reset[u_n] = l_drop[ki], l_np[ki], resets[ki]
+				end
+				if alg == LOG then
+					s_at[ki], s_count[ki], s_prev[ki], l_drop[ki] = nat, nc, np, nl
+					if hits > 0 and req > 0 then
+						local k = l_np[ki] + 1
+						l_np[ki] = k
+						l_push[ki][2 * k - 1], l_push[ki][2 * k] = nat, hits -- nat: now, not before the state's at
+					end
+				else
+					s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = nat, nc, np, nl
+				end
+				resets[ki] = reset
+				if dgen[ki] ~= G then
+					dgen[ki] = G
+					dn = dn + 1
+					dl[dn] = ki
+				end
+			end
+			ok_[i] = ok
+			if mode == ENFORCED then
+				if not ok then
+					enforced_ok = false
+				end
+			elseif mode == QUOTA then
+				groups = groups or {}
+				local g = A[p + 6]
+				groups[g] = groups[g] or not ok
+			end
+			reply(no, ok, rem, retry, reset)
+			no = no + 4
+			p = p + ITEM_FIELDS
+		end
+		local commit = enforced_ok
+		if commit and whole and groups then
+			commit = false
+			for _, denied in each(groups) do
+				if not denied then
+					commit = true
+					break
+				end
+			end
+		end
+		if not commit then
+			out[commit_at] = 0
+			-- Undo, newest first, then report the allowing items' state
+			-- as it stays.
+			for j = u_n, 1, -1 do
+				local ki = u_keys[j]
+				s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = u_at[j], u_count[j], u_prev[j], u_level[j]
+				l_drop[ki], resets[ki] = u_drop[j], u_reset[j]
+				if algs[ki] == LOG then
+					local push, k = l_push[ki], u_np[j]
+					for x = 2 * l_np[ki], 2 * k + 1, -1 do
+						push[x] = nil
+					end
+					l_np[ki] = k
+				end
+			end
+			for j = dn0 + 1, dn do
+				dgen[dl[j]] = 0
+			end
+			dn = dn0
+			local q = first
+			for i = 1, n do
+				if ok_[i] then
+					local _, rem, retry, reset = decide(tonum(A[q + 1]) % FLAG_MODE, tonum(A[q + 2]), tonum(A[q + 3]),
+						tonum(A[q + 4]), tonum(A[q]), now, 0, false)
+					reply(commit_at + 4 * (i - 1), true, rem, retry, reset)
+				end
+				q = q + ITEM_FIELDS
 			end
 		end
 	end
-end
-
-if commit then
-	for ki, _ in pairs(charged) do
-		save(ki, algs[ki], work[ki], reset[ki])
+	-- Save every charged key once.
+	for j = 1, dn do
+		save(dl[j], injected)
 	end
-else
-	-- Nothing is charged: report the allowing items' state as it stays.
-	for i, it in ipairs(items) do
-		if dec[i][1] then
-			local _, d = decide(it, orig[it.ki], now, 0, false)
-			dec[i] = d
-		end
-	end
+	return out
 end
-
-local function count_reply(x)
-	if x < EXACT then
-		return x
-	end
-	if x >= MAX_U64 then
-		return "18446744073709551615"
-	end
-	return string.format("%.0f", x)
-end
-
-local out = { commit and 1 or 0 }
-for i = 1, #items do
-	local d = dec[i]
-	out[#out + 1] = d[1] and 1 or 0
-	out[#out + 1] = count_reply(d[2])
-	out[#out + 1] = d[3]
-	out[#out + 1] = d[4]
-end
-return out
