@@ -69,10 +69,10 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	reg.MustRegister(
 		stat("envoy_rls_redis_requests_total", "Store calls that needed Redis state.", func(s redis.Stats) uint64 { return s.Requests }),
 		stat("envoy_rls_redis_round_trips_total", "Pipelines sent to Redis (one round trip each).", func(s redis.Stats) uint64 { return s.RoundTrips }),
-		stat("envoy_rls_redis_script_calls_total", "Script calls (one per request, or per slot of a request split across Cluster slots).", func(s redis.Stats) uint64 { return s.ScriptCalls }),
+		stat("envoy_rls_redis_script_calls_total", "Script calls (FCALL, or EVALSHA/EVAL without functions): one per pipeline of requests, or per slot of it on a Cluster.", func(s redis.Stats) uint64 { return s.ScriptCalls }),
 		stat("envoy_rls_redis_local_denials_total", "Requests denied by the local deny cache without a Redis call.", func(s redis.Stats) uint64 { return s.LocalDenials }),
 		stat("envoy_rls_redis_errors_total", "Store calls that failed or timed out.", func(s redis.Stats) uint64 { return s.Errors }),
-		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent with EVAL after NOSCRIPT (e.g. after a Redis restart).", func(s redis.Stats) uint64 { return s.ScriptReloads }),
+		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent because Redis lacked the function library or script (the first one, and after a restart or flush).", func(s redis.Stats) uint64 { return s.ScriptReloads }),
 	)
 	return r, nil
 }

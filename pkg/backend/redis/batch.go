@@ -233,14 +233,14 @@ func (r *Store) run(batch []*call) {
 }
 
 // notRun reports whether err says that a script call was refused before it
-// ran: the function or script is unknown, or FCALL itself is.
+// ran: the function or script is unknown, or FCALL itself is, or the user
+// may not call it (an ACL without FUNCTION or FCALL: scripts from then on).
 func notRun(err error) bool {
 	if err == nil {
 		return false
 	}
-	return goredis.HasErrorPrefix(err, "NOSCRIPT") ||
-		strings.HasPrefix(err.Error(), "ERR Function not found") ||
-		strings.HasPrefix(err.Error(), "ERR unknown command")
+	return goredis.HasErrorPrefix(err, "NOSCRIPT") || goredis.HasErrorPrefix(err, "NOPERM") ||
+		goredis.HasErrorPrefix(err, "Function not found") || goredis.HasErrorPrefix(err, "unknown command")
 }
 
 // loadLibrary loads the function library on the server, or on every master

@@ -145,8 +145,9 @@ type Stats struct {
 	// RoundTrips counts pipelines sent. On a Cluster one pipeline reaches
 	// the nodes of its calls in parallel and counts once.
 	RoundTrips uint64
-	// ScriptCalls counts script calls (EVALSHA, or EVAL after NOSCRIPT):
-	// one per request, or one per slot of a request split across slots.
+	// ScriptCalls counts script calls (FCALL, or EVALSHA/EVAL on a server
+	// without functions): one per pipeline, or one per slot of a pipeline on
+	// a Cluster, however many requests it holds.
 	ScriptCalls uint64
 	// LocalDenials counts requests denied by the local deny cache without
 	// a Redis call.
@@ -154,8 +155,9 @@ type Stats struct {
 	// Errors counts Apply calls that returned an error, including those
 	// whose context ended first.
 	Errors uint64
-	// ScriptReloads counts pipelines re-sent with EVAL because the server
-	// did not have the script (NOSCRIPT, e.g. after a restart).
+	// ScriptReloads counts pipelines re-sent because the server did not have
+	// the function library (loaded then) or the script (sent with EVAL):
+	// the first pipeline, and after a restart or a flush.
 	ScriptReloads uint64
 }
 
