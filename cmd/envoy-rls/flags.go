@@ -16,6 +16,7 @@ var errHelp = errors.New("help requested")
 
 // options is every setting of `serve`, parsed once here and passed down.
 type options struct {
+	xdsOptions
 	Config      string
 	GRPCAddr    string
 	HTTPAddr    string
@@ -144,7 +145,11 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.RedisTLSKeyFile, "redis-tls-key-file", "", "PEM private key of --redis-tls-cert-file")
 	fs.StringVar(&o.RedisTLSServerName, "redis-tls-server-name", "", "name verified in the Redis servers' certificates (default: the --redis-url host, else each dialed host); turns TLS on")
 	fs.BoolVar(&o.RedisTLSInsecureSkipVerify, "redis-tls-insecure-skip-verify", false, "do not verify the Redis servers' certificates (for testing only); turns TLS on")
+	addXDSFlags(fs, &o.xdsOptions)
 	if err := parseWithEnv(fs, args); err != nil {
+		return o, err
+	}
+	if err := applyReference(fs, &o, lookupEnv); err != nil {
 		return o, err
 	}
 	return o, o.validate()
@@ -153,9 +158,10 @@ func parseServe(args []string, out io.Writer) (options, error) {
 // validate checks the options together.
 func (o options) validate() error {
 	var errs []error
-	if o.Config == "" {
-		errs = append(errs, errors.New("--config is required (or ENVOY_RLS_CONFIG)"))
+	if o.Config == "" && o.ConfigXDS == "" {
+		errs = append(errs, errors.New("--config or --config-xds is required (or ENVOY_RLS_CONFIG, or the reference server's environment)"))
 	}
+	errs = append(errs, o.validateXDS()...)
 	if o.GRPCAddr == "" {
 		errs = append(errs, errors.New("--grpc-addr must not be empty"))
 	}

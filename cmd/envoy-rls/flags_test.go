@@ -33,7 +33,10 @@ func TestFlagValidation(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "--config is required"},
+		{[]string{"--config", "x", "--config-xds", "cp:1"}, "exclude each other"},
+		{[]string{"--config-xds", "cp:1", "--xds-tls-cert", "c"}, "--xds-tls-cert and --xds-tls-key go together"},
+		{[]string{"--config", "x", "--grpc-tls-client-ca", "ca"}, "--grpc-tls-client-ca needs --grpc-tls-cert"},
+		{[]string{"--config-xds", "cp:1", "--xds-headers", "novalue"}, "--xds-headers"},
 		{[]string{"--config", "x", "--backend", "redis"}, "needs --redis-url, --redis-sentinel or --redis-cluster"},
 		{[]string{"--config", "x", "--backend", "redis", "--redis-sentinel", "a:1"}, "go together"},
 		{[]string{"--config", "x", "--backend", "redis", "--redis-sentinel", "a:1", "--redis-sentinel-master", "m", "--redis-cluster", "b:1"}, "exclude each other"},

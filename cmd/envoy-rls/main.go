@@ -40,8 +40,9 @@ var version = "dev"
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		// As the reference server's /bin/ratelimit is started: no
+		// arguments, configured by its environment (see refenv).
+		args = []string{"serve"}
 	}
 	switch args[0] {
 	case "serve":

@@ -45,14 +45,23 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	cfg, err := descriptors.Load(o.Config)
-	if err != nil {
-		return fmt.Errorf("loading config:\n%v", err)
+	logReference(o, log)
+	var cfg *descriptors.Config
+	if o.ConfigXDS == "" {
+		var err error
+		if cfg, err = descriptors.Load(o.Config); err != nil {
+			if o.reference != nil {
+				return fmt.Errorf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s:\n%v", o.Config, err)
+			}
+			return fmt.Errorf("loading config:\n%v", err)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := rls.NewMetrics(reg)
-	metrics.ConfigLoad(nil)
+	if cfg != nil {
+		metrics.ConfigLoad(nil)
+	}
 
 	store, err := newStore(o, reg, log)
 	if err != nil {
@@ -70,11 +79,39 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 		Metrics:         metrics,
 	})
 
-	grpcLis, err := net.Listen("tcp", o.GRPCAddr)
+	xctx, stopXDS := context.WithCancel(context.Background())
+	defer stopXDS()
+	if o.ConfigXDS != "" {
+		client, err := newXDSClient(o, svc, metrics, log)
+		if err != nil {
+			return err
+		}
+		xdsDone := make(chan struct{})
+		go func() { client.Run(xctx); close(xdsDone) }()
+		defer func() { stopXDS(); <-xdsDone }()
+		if !o.ForceStart {
+			log.Info("waiting for the first config from the xDS control plane", "server", o.ConfigXDS)
+			select {
+			case <-client.FirstConfig():
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+
+	grpcOpts := grpcServerOptions(o)
+	if o.GRPCTLSCert != "" {
+		creds, err := grpcServerTLS(o, log)
+		if err != nil {
+			return err
+		}
+		grpcOpts = append(grpcOpts, creds)
+	}
+	grpcLis, err := listen(o.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	grpcSrv, health := rls.NewGRPCServer(svc, grpcServerOptions(o)...)
+	grpcSrv, health := rls.NewGRPCServer(svc, grpcOpts...)
 
 	var httpSrv *http.Server
 	var httpLis net.Listener
@@ -95,6 +132,13 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 			}
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		})
+		mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+			if shuttingDown.Load() || (o.HealthRequiresConfig && len(svc.Config().Domains()) == 0) {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+			fmt.Fprint(w, "OK")
+		})
 		mux.Handle("/json", svc.JSONHandler())
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 		httpSrv = newHTTPServer(o, mux)
@@ -105,7 +149,20 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 		}()
 	}
 
+	extra, err := startSideListeners(o, svc, reg, log)
+	if err != nil {
+		grpcLis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return err
+	}
+	defer extra.close()
+
 	reload := func(reason string) {
+		if o.ConfigXDS != "" {
+			return // the control plane sends every change
+		}
 		next, err := descriptors.Load(o.Config)
 		metrics.ConfigLoad(err)
 		if err != nil {
@@ -120,7 +177,12 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 
 	grpcErr := make(chan error, 1)
 	go func() { grpcErr <- grpcSrv.Serve(grpcLis) }()
-	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "config", o.Config, "domains", len(cfg.Domains())}
+	source := o.Config
+	if o.ConfigXDS != "" {
+		source = "xds://" + o.ConfigXDS
+	}
+	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "config", source, "domains", len(svc.Config().Domains()), "grpc_tls", o.GRPCTLSCert != ""}
+	attrs = append(attrs, extra.attrs...)
 	if httpLis != nil {
 		attrs = append(attrs, "http", httpLis.Addr().String())
 	}
@@ -158,6 +220,7 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	if httpSrv != nil && httpSrv.Shutdown(sctx) != nil {
 		httpSrv.Close()
 	}
+	extra.shutdown(sctx)
 	return nil
 }
 
@@ -182,15 +245,17 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
 	var w *fsnotify.Watcher
-	if o.WatchConfig {
+	if o.WatchConfig && o.Config != "" {
 		var err error
 		w, err = fsnotify.NewWatcher()
 		if err == nil {
-			dir := o.Config
-			if st, serr := os.Stat(o.Config); serr == nil && !st.IsDir() {
-				dir = filepath.Dir(o.Config)
+			err = w.Add(configDir(o.Config))
+			if err == nil && o.WatchRoot != "" {
+				// The reference's RUNTIME_WATCH_ROOT: RUNTIME_ROOT itself
+				// may be replaced (a symlink swapped), which only its
+				// parent directory sees.
+				err = w.Add(filepath.Dir(filepath.Clean(o.WatchRoot)))
 			}
-			err = w.Add(dir)
 		}
 		if err != nil {
 			log.Warn("cannot watch the config; reload with SIGHUP", "error", err)
@@ -219,6 +284,9 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				if ev.Op == fsnotify.Chmod {
 					continue
 				}
+				if o.WatchRoot != "" && filepath.Dir(ev.Name) == filepath.Dir(filepath.Clean(o.WatchRoot)) && ev.Name != filepath.Clean(o.WatchRoot) {
+					continue // another entry next to the root
+				}
 				timer.Reset(settle)
 			case err, ok := <-watchErrs:
 				if !ok {
@@ -228,6 +296,11 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				log.Warn("config watch error", "error", err)
 			case <-timer.C:
 				reload("file change")
+				if w != nil && o.WatchRoot != "" {
+					// After a root swap the config directory is a new
+					// one: watch it by its path again.
+					_ = w.Add(configDir(o.Config))
+				}
 			}
 		}
 	}()

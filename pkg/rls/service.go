@@ -140,10 +140,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	defer s.pool.Put(sc)
 
 	cfg := s.config.Load()
-	var dom *descriptors.Domain
-	if cfg != nil {
-		dom = cfg.Domain(req.Domain)
+	if cfg == nil {
+		// Started without a config (config over xDS with
+		// --force-start-without-initial-config): answer as the reference
+		// server does until the first one arrives.
+		s.opts.Metrics.request("", "no_config", start)
+		return nil, status.Error(codes.Unknown, "no rate limit configuration loaded")
 	}
+	dom := cfg.Domain(req.Domain)
 	// Metrics are labelled with configured domains only, so that clients
 	// cannot create series at will; unknown domains share the label "".
 	label := ""

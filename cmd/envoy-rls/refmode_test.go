@@ -1,0 +1,78 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/refenv"
+)
+
+// withEnv makes the reference environment m for the test.
+func withEnv(t *testing.T, m map[string]string) {
+	t.Helper()
+	old := lookupEnv
+	lookupEnv = refenv.FromMap(m)
+	t.Cleanup(func() { lookupEnv = old })
+}
+
+// Envoy Gateway's environment becomes these options.
+func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
+	withEnv(t, map[string]string{
+		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
+		"LOG_LEVEL": "info", "USE_STATSD": "false", "CONFIG_TYPE": "GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis-system.svc.cluster.local:6379",
+		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
+	})
+	o, err := parseServe(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.reference == nil || o.Config != "" || o.ConfigXDS != "envoy-gateway:18001" || o.XDSNodeID != "envoy-ratelimit" ||
+		!o.XDSTLS || o.XDSTLSCert != "/certs/tls.crt" || o.XDSTLSCA != "/certs/ca.crt" || !o.ForceStart ||
+		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
+		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
+		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != "info" ||
+		o.Backend != "redis" || o.RedisURL != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second {
+		t.Fatalf("options = %+v", o)
+	}
+}
+
+// Native flags and ENVOY_RLS_* variables win over the reference's.
+func TestNativeSettingsWin(t *testing.T) {
+	withEnv(t, map[string]string{"RUNTIME_ROOT": "/data", "GRPC_PORT": "9000", "LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"})
+	t.Setenv("ENVOY_RLS_LOG_LEVEL", "error")
+	o, err := parseServe([]string{"--grpc-addr", "127.0.0.1:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GRPCAddr != "127.0.0.1:1" || o.LogLevel != "error" || o.Config != "/data/config" || o.WatchRoot != "/data" {
+		t.Fatalf("options = %+v", o)
+	}
+	// With --config the reference environment is not read at all.
+	o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard)
+	if err != nil || o.reference != nil || o.GRPCAddr != ":8081" || o.Backend != "memory" {
+		t.Fatalf("with --config: %+v, %v", o, err)
+	}
+}
+
+func TestReferenceEnvironmentErrorsNameTheVariable(t *testing.T) {
+	for env, want := range map[string]string{
+		"BACKEND_TYPE=memcache": "BACKEND_TYPE=memcache is not supported",
+		"REDIS_PERSECOND=true":  "REDIS_PERSECOND=true is not supported",
+		"USE_STATSD=true":       "USE_STATSD=true is not supported",
+		"GRPC_PORT=x":           `GRPC_PORT="x"`,
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		withEnv(t, map[string]string{k: v})
+		_, err := parseServe(nil, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", env, err, want)
+		}
+	}
+}
