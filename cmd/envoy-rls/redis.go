@@ -22,19 +22,20 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		return nil, err
 	}
 	ro := redis.Options{
-		URL:            o.RedisURL,
-		SentinelAddrs:  splitList(o.RedisSentinel),
-		SentinelMaster: o.RedisSentinelMaster,
-		ClusterAddrs:   splitList(o.RedisCluster),
-		PoolSize:       o.RedisPoolSize,
-		DialTimeout:    o.RedisDialTimeout,
-		ReadTimeout:    o.RedisReadTimeout,
-		WriteTimeout:   o.RedisWriteTimeout,
-		KeyPrefix:      o.KeyPrefix,
-		BatchWindow:    o.RedisBatchWindow,
-		BatchSize:      o.RedisBatchSize,
-		LocalDenyCache: o.LocalDenyCache,
-		TLS:            tlsConf,
+		URL:              o.RedisURL,
+		SentinelAddrs:    splitList(o.RedisSentinel),
+		SentinelMaster:   o.RedisSentinelMaster,
+		SentinelPassword: o.RedisSentinelPassword,
+		ClusterAddrs:     splitList(o.RedisCluster),
+		PoolSize:         o.RedisPoolSize,
+		DialTimeout:      o.RedisDialTimeout,
+		ReadTimeout:      o.RedisReadTimeout,
+		WriteTimeout:     o.RedisWriteTimeout,
+		KeyPrefix:        o.KeyPrefix,
+		BatchWindow:      o.RedisBatchWindow,
+		BatchSize:        o.RedisBatchSize,
+		LocalDenyCache:   o.LocalDenyCache,
+		TLS:              tlsConf,
 	}
 	// go-redis logs connection trouble on its own; route it to our logger at
 	// debug level, since every failure that matters to a call is already

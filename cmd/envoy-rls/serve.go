@@ -59,6 +59,9 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := rls.NewMetrics(reg)
+	if o.ReferenceMetrics {
+		metrics.EnableReference(reg, referenceNearLimitRatio)
+	}
 	if cfg != nil {
 		metrics.ConfigLoad(nil)
 	}

@@ -35,7 +35,7 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 		for ; it < len(sc.items) && sc.owners[it].desc == i; it++ {
 			d := &sc.decisions[it]
 			enforcedDenial := !d.Allowed && sc.items[it].Mode != backend.Shadow
-			s.opts.Metrics.decision(domain, p, sc.items[it].Mode, d.Allowed)
+			s.opts.Metrics.decision(domain, p, sc.items[it].Mode, d, sc.items[it].Hits)
 			if enforcedDenial {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}

@@ -313,6 +313,22 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 	if code != 200 || !strings.Contains(metrics, "go_goroutines") || !strings.Contains(metrics, "process_cpu_seconds_total") {
 		t.Fatalf("metrics on PROMETHEUS_ADDR: %d", code)
 	}
+	// The reference's series under Envoy Gateway's names and labels.
+	key1 := rule + "_" + rule
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_over_limit{domain="` + domain + `",key1="` + key1 + `",key2="rule-0-match-0"} `,
+		`ratelimit_service_rate_limit_over_limit{domain="default/other",key1="` + key1 + `",key2="rule-0-match-0"} 2`,
+		`ratelimit_service_rate_limit_total_hits{domain="default/other",key1="` + key1 + `",key2="rule-0-match-0"} 4`,
+		`ratelimit_service_rate_limit_within_limit{domain="default/third",key1="` + key1 + `",key2="rule-0-match-0"} 2`,
+		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`,
+		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"}`,
+		`ratelimit_service_config_load_success 3`,
+		`ratelimit_service_config_load_error 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics on PROMETHEUS_ADDR lack %s", want)
+		}
+	}
 	if ec := p.stop(t); ec != 0 {
 		t.Fatalf("exit code %d after SIGTERM", ec)
 	}
