@@ -295,6 +295,38 @@ func configMapDir(t *testing.T, data map[string]string) string {
 	return dir
 }
 
+// updateConfigMapDir changes a configMapDir as the kubelet applies a
+// ConfigMap update: the new files go into a new timestamped directory,
+// links for new keys are added, and `..data` is swapped to it atomically
+// (a new link renamed over the old one).
+func updateConfigMapDir(t *testing.T, dir string, data map[string]string) {
+	t.Helper()
+	ts := "..2026_12_01_00_00_01.000000002"
+	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range data {
+		if err := os.WriteFile(filepath.Join(dir, ts, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range data {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // worldReadableTempDir is a t.TempDir that other users (uid 65534) can
 // enter: t.TempDir's directories are 0700.
 func worldReadableTempDir(t *testing.T) string {

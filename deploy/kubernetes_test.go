@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -408,6 +409,22 @@ func TestDeploymentStarts(t *testing.T) {
 	}
 	if !limitFor(t, httpAddr, "ratelimit", []entry{{"remote_address", "10.0.0.1"}}) {
 		t.Errorf("the ConfigMap's config did not apply")
+	}
+
+	// `kubectl apply` of a changed ConfigMap: the kubelet swaps `..data`.
+	// The new domain must come into force without a restart.
+	data := maps.Clone(k.configMap.Data)
+	data["reload-check.yaml"] = "domain: reload-check\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n"
+	if limitFor(t, httpAddr, "reload-check", []entry{{"k", "v"}}) {
+		t.Fatal("domain reload-check has a limit before the update")
+	}
+	updateConfigMapDir(t, dir, data)
+	deadline := time.Now().Add(time.Minute)
+	for !limitFor(t, httpAddr, "reload-check", []entry{{"k", "v"}}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ConfigMap update was not loaded within a minute; output:\n%s", p.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	p.stop(t)
 }
