@@ -741,3 +741,57 @@ func TestParseDocuments(t *testing.T) {
 		t.Fatalf("no documents: %v, %v", c, err)
 	}
 }
+
+// Envoy Gateway dumps the configs it serves as YAML with the resource's
+// name at the top, every field spelled out (null limits on inner levels,
+// empty replaces, false flags). Such a file loads.
+func TestEnvoyGatewayDumpLoads(t *testing.T) {
+	const dump = `name: default/eg/http
+domain: default/eg/http
+descriptors:
+  - key: httproute/default/backend/rule/0
+    value: httproute/default/backend/rule/0
+    rate_limit: null
+    descriptors:
+      - key: rule-0-match-0
+        value: ""
+        rate_limit: null
+        descriptors:
+          - key: masked_remote_address
+            value: 0.0.0.0/0
+            rate_limit:
+              requests_per_unit: 3
+              unit: HOUR
+              unlimited: false
+              name: ""
+              replaces: []
+            descriptors: []
+            shadow_mode: false
+            quota_mode: false
+            detailed_metric: false
+            value_to_metric: false
+            share_threshold: false
+        shadow_mode: false
+        quota_mode: false
+        detailed_metric: false
+        value_to_metric: false
+        share_threshold: false
+    shadow_mode: false
+    quota_mode: false
+    detailed_metric: false
+    value_to_metric: false
+    share_threshold: false
+`
+	c, err := Parse("eg.yaml", []byte(dump))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Domain("default/eg/http").Match([]Entry{
+		{"httproute/default/backend/rule/0", "httproute/default/backend/rule/0"},
+		{"rule-0-match-0", "alice"},
+		{"masked_remote_address", "0.0.0.0/0"},
+	}, nil)
+	if len(p) != 3 || len(p[2].Limits) != 1 || p[2].Limits[0].RequestsPerUnit != 3 || p[2].Limits[0].Unit != "HOUR" {
+		t.Fatalf("match = %v", p)
+	}
+}

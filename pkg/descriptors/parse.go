@@ -23,7 +23,7 @@ const MaxSlidingLogRequests = 100000
 
 // The fields each mapping of the format may hold.
 var (
-	topFields   = []string{"domain", "descriptors", "default_algorithm", "tiers"}
+	topFields   = []string{"domain", "descriptors", "default_algorithm", "tiers", "name"} // name: the xDS resource name Envoy Gateway's dumps carry; ignored
 	nodeFields  = []string{"key", "value", "rate_limit", "rate_limits", "tier", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "window", "shadow_mode"}
 )
