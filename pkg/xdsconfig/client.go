@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -44,6 +45,10 @@ type Backoff struct {
 	RandomFactor float64
 	Jitter       bool
 }
+
+// keepaliveTime is how long the connection to the control plane may be
+// silent before the client pings it.
+const keepaliveTime = 6 * time.Minute
 
 // DefaultBackoff is the reference server's schedule.
 var DefaultBackoff = Backoff{Initial: 10 * time.Second, Max: 60 * time.Second, RandomFactor: 0.5, Jitter: true}
@@ -128,7 +133,14 @@ func New(o Options) (*Client, error) {
 	if o.TLS != nil {
 		creds = credentials.NewTLS(o.TLS)
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	dopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// A control plane that vanished without closing the connection
+		// (a partition, a dead node) is noticed by a ping, and the client
+		// reconnects. gRPC servers refuse pings more often than every 5
+		// minutes by default, so ping less often than that.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: 20 * time.Second}),
+	}
 	if o.MaxMessageSize > 0 {
 		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageSize)))
 	}
