@@ -428,3 +428,21 @@ func TestDeploymentStarts(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestDeploymentLiveWithoutRedis starts the binary with the Deployment's
+// args and its Redis unreachable: the liveness probe must still pass, so
+// Kubernetes does not restart pods for their backend's sake.
+func TestDeploymentLiveWithoutRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	k := loadK8s(t)
+	c := k.container(t)
+	args := setFlag(c.Args, "config", configMapDir(t, k.configMap.Data))
+	args = setFlag(args, "redis-url", fmt.Sprintf("redis://127.0.0.1:%d/0", freePort(t))) // nothing listens
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args = append(args, fmt.Sprintf("--grpc-addr=127.0.0.1:%d", freePort(t)), "--http-addr="+httpAddr)
+	p := start(t, exec.Command(envoyRLS(t), args...))
+	p.waitHTTP(t, "http://"+httpAddr+c.LivenessProbe.HTTPGet.Path)
+	p.stop(t)
+}
