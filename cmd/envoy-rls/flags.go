@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -21,12 +24,12 @@ type options struct {
 	GRPCAddr    string
 	HTTPAddr    string
 	WatchConfig bool
-	LogLevel    string
-	LogFormat   string
+	LogLevel    logLevel
+	LogFormat   logFormat
 
-	Backend         string
+	Backend         backendKind
 	MaxKeys         int
-	FailureMode     string
+	FailureMode     rls.FailureMode
 	BackendTimeout  time.Duration
 	KeyPrefix       string
 	ShutdownGrace   time.Duration
@@ -85,7 +88,9 @@ func parseWithEnv(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
 		}
-		return err
+		// The flag package names flags with one dash; this command's
+		// documentation and messages use two.
+		return errors.New(strings.Replace(err.Error(), " flag -", " flag --", 1))
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -113,11 +118,11 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.LogFormat, "log-format", "text", "text or json")
-	fs.StringVar(&o.Backend, "backend", "memory", "memory (embedded, bounded) or redis")
-	fs.IntVar(&o.MaxKeys, "max-keys", 1_000_000, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
-	fs.StringVar(&o.FailureMode, "failure-mode", "allow", "when the backend fails: allow (answer OK) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
+	fs.TextVar(&o.LogLevel, "log-level", logLevel(slog.LevelInfo), "debug, info, warn or error")
+	fs.TextVar(&o.LogFormat, "log-format", logFormat("text"), "text or json")
+	fs.TextVar(&o.Backend, "backend", backendKind("memory"), "memory (embedded, bounded) or redis")
+	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
+	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailOpen, "when the backend fails: allow (answer OK) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", time.Second, "cap on the backend wait per request: a call waits until the caller's deadline less a margin for answering, at most this long (alone when the caller sends no deadline)")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
@@ -134,11 +139,11 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
 	fs.StringVar(&o.RedisCluster, "redis-cluster", "", "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS")
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
-	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", time.Second, "Redis connect timeout")
-	fs.DurationVar(&o.RedisReadTimeout, "redis-read-timeout", time.Second, "Redis read timeout: how long a pipeline may wait for its replies before its connection is given up (callers leave at their own deadline earlier without closing it)")
-	fs.DurationVar(&o.RedisWriteTimeout, "redis-write-timeout", time.Second, "Redis write timeout")
+	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", redis.DefaultDialTimeout, "Redis connect timeout")
+	fs.DurationVar(&o.RedisReadTimeout, "redis-read-timeout", redis.DefaultIOTimeout, "Redis read timeout: how long a pipeline may wait for its replies before its connection is given up (callers leave at their own deadline earlier without closing it)")
+	fs.DurationVar(&o.RedisWriteTimeout, "redis-write-timeout", redis.DefaultIOTimeout, "Redis write timeout")
 	fs.DurationVar(&o.RedisBatchWindow, "redis-batch-window", 0, "collect concurrent requests for up to this long and send them as one pipeline (0: send as soon as the connection is free)")
-	fs.IntVar(&o.RedisBatchSize, "redis-batch-size", 64, "most requests in one pipeline")
+	fs.IntVar(&o.RedisBatchSize, "redis-batch-size", redis.DefaultBatchSize, "most requests in one pipeline")
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
 	fs.StringVar(&o.RedisTLSCAFile, "redis-tls-ca-file", "", "PEM CA bundle that verifies the Redis servers' certificates instead of the system roots; turns TLS on")
 	fs.StringVar(&o.RedisTLSCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis (mTLS), with --redis-tls-key-file; turns TLS on")
@@ -165,9 +170,6 @@ func (o options) validate() error {
 	if o.GRPCAddr == "" {
 		errs = append(errs, errors.New("--grpc-addr must not be empty"))
 	}
-	if _, err := rls.ParseFailureMode(o.FailureMode); err != nil {
-		errs = append(errs, fmt.Errorf("--failure-mode: %v", err))
-	}
 	if o.GRPCMaxConcurrentStreams < 1 {
 		errs = append(errs, errors.New("--grpc-max-concurrent-streams must be at least 1"))
 	}
@@ -187,16 +189,6 @@ func (o options) validate() error {
 	}
 	if o.BackendTimeout < 0 {
 		errs = append(errs, errors.New("--backend-timeout must not be negative"))
-	}
-	switch o.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel))
-	}
-	switch o.LogFormat {
-	case "text", "json":
-	default:
-		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", o.LogFormat))
 	}
 	switch o.Backend {
 	case "memory":
@@ -220,8 +212,6 @@ func (o options) validate() error {
 		if o.RedisBatchWindow < 0 {
 			errs = append(errs, errors.New("--redis-batch-window must not be negative"))
 		}
-	default:
-		errs = append(errs, fmt.Errorf("--backend %q: want memory or redis", o.Backend))
 	}
 	return errors.Join(errs...)
 }
@@ -237,6 +227,44 @@ func parseCheck(args []string, out io.Writer) (string, error) {
 		return "", errors.New("--config is required (or ENVOY_RLS_CONFIG)")
 	}
 	return path, nil
+}
+
+// logLevel is --log-level: debug, info, warn or error (as slog.Level reads
+// them), shown in lower case.
+type logLevel slog.Level
+
+func (l logLevel) MarshalText() ([]byte, error) {
+	return []byte(strings.ToLower(slog.Level(l).String())), nil
+}
+
+func (l *logLevel) UnmarshalText(b []byte) error { return (*slog.Level)(l).UnmarshalText(b) }
+
+// logFormat is --log-format: text or json.
+type logFormat string
+
+func (f logFormat) MarshalText() ([]byte, error) { return []byte(f), nil }
+
+func (f *logFormat) UnmarshalText(b []byte) error {
+	switch v := logFormat(b); v {
+	case "text", "json":
+		*f = v
+		return nil
+	}
+	return fmt.Errorf("want text or json")
+}
+
+// backendKind is --backend: memory or redis.
+type backendKind string
+
+func (k backendKind) MarshalText() ([]byte, error) { return []byte(k), nil }
+
+func (k *backendKind) UnmarshalText(b []byte) error {
+	switch v := backendKind(b); v {
+	case "memory", "redis":
+		*k = v
+		return nil
+	}
+	return fmt.Errorf("want memory or redis")
 }
 
 // splitList splits a comma-separated list, dropping empty items.

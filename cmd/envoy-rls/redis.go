@@ -63,18 +63,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		tlsMode = "on"
 	}
 	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "local_deny_cache", o.LocalDenyCache)
-	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(r.Stats())) })
-	}
-	reg.MustRegister(
-		stat("envoy_rls_redis_requests_total", "Store calls that needed Redis state.", func(s redis.Stats) uint64 { return s.Requests }),
-		stat("envoy_rls_redis_round_trips_total", "Pipelines sent to Redis (one round trip each).", func(s redis.Stats) uint64 { return s.RoundTrips }),
-		stat("envoy_rls_redis_script_calls_total", "Script calls (FCALL, or EVALSHA/EVAL without functions): one per pipeline of requests, or per slot of it on a Cluster.", func(s redis.Stats) uint64 { return s.ScriptCalls }),
-		stat("envoy_rls_redis_local_denials_total", "Requests denied by the local deny cache without a Redis call.", func(s redis.Stats) uint64 { return s.LocalDenials }),
-		stat("envoy_rls_redis_errors_total", "Store calls that failed or timed out.", func(s redis.Stats) uint64 { return s.Errors }),
-		stat("envoy_rls_redis_script_reloads_total", "Pipelines re-sent because Redis lacked the function library or script (the first one, and after a restart or flush).", func(s redis.Stats) uint64 { return s.ScriptReloads }),
-	)
+	registerRedisMetrics(reg, r)
 	return r, nil
 }
 

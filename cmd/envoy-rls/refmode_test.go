@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		!o.XDSTLS || o.XDSTLSCert != "/certs/tls.crt" || o.XDSTLSCA != "/certs/ca.crt" || !o.ForceStart ||
 		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
-		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != "info" ||
+		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != logLevel(slog.LevelInfo) ||
 		o.Backend != "redis" || o.RedisURL != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second {
 		t.Fatalf("options = %+v", o)
 	}
@@ -51,7 +52,7 @@ func TestNativeSettingsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.GRPCAddr != "127.0.0.1:1" || o.LogLevel != "error" || o.Config != "/data/config" || o.WatchRoot != "/data" {
+	if o.GRPCAddr != "127.0.0.1:1" || o.LogLevel != logLevel(slog.LevelError) || o.Config != "/data/config" || o.WatchRoot != "/data" {
 		t.Fatalf("options = %+v", o)
 	}
 	// With --config the reference environment is not read at all.

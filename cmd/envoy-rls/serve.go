@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
@@ -28,9 +30,7 @@ import (
 )
 
 func newLogger(o options, out io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(o.LogLevel))
-	hopts := &slog.HandlerOptions{Level: level}
+	hopts := &slog.HandlerOptions{Level: slog.Level(o.LogLevel)}
 	if o.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(out, hopts))
 	}
@@ -39,65 +39,102 @@ func newLogger(o options, out io.Writer) *slog.Logger {
 
 // serve runs the service until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, o options, logOut io.Writer) error {
-	log := newLogger(o, logOut)
+	s, err := build(ctx, o, logOut)
+	if s != nil {
+		defer s.close()
+	}
+	if err != nil || s == nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+// server is everything serve builds before it serves: the config, metrics,
+// store, service, the xDS client and the listeners.
+type server struct {
+	o       options
+	log     *slog.Logger
+	hup     chan os.Signal // SIGHUP, caught from the start
+	reg     *prometheus.Registry
+	metrics *rls.Metrics
+	store   backend.Store
+	svc     *rls.Service
+	stopXDS func() // stops the xDS client and waits for it; nil without one
+
+	grpcLis net.Listener
+	grpcSrv *grpc.Server
+	health  *health.Server
+	httpLis net.Listener // nil without --http-addr
+	httpSrv *http.Server
+	extra   *sideListeners
+
+	// shuttingDown turns GET /healthz to 503 as soon as shutdown begins,
+	// while calls in flight finish.
+	shuttingDown atomic.Bool
+}
+
+// build loads the config (or, with --config-xds, starts the xDS client and
+// waits for its first config unless --force-start), makes the store and the
+// service, and opens the listeners; the side listeners start serving. It
+// returns a nil server and no error when ctx ends while it waits for the
+// control plane. The caller closes a non-nil server, also on error.
+func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
+	s := &server{o: o, log: newLogger(o, logOut)}
+	log := s.log
 	// Catch SIGHUP from the start: before the watcher runs, one would
 	// otherwise kill the process. The watcher reloads on it.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
 	logReference(o, log)
 	var cfg *descriptors.Config
 	if o.ConfigXDS == "" {
 		var err error
 		if cfg, err = descriptors.Load(o.Config); err != nil {
 			if o.reference != nil {
-				return fmt.Errorf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s:\n%v", o.Config, err)
+				return s, fmt.Errorf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s:\n%v", o.Config, err)
 			}
-			return fmt.Errorf("loading config:\n%v", err)
+			return s, fmt.Errorf("loading config:\n%v", err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := rls.NewMetrics(reg)
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.metrics = rls.NewMetrics(s.reg)
 	if o.ReferenceMetrics {
-		metrics.EnableReference(reg, referenceNearLimitRatio)
+		s.metrics.EnableReference(s.reg, referenceNearLimitRatio)
 	}
 	if cfg != nil {
-		metrics.ConfigLoad(nil)
+		s.metrics.ConfigLoad(nil)
 	}
 
-	store, err := newStore(o, reg, log)
-	if err != nil {
-		return err
+	var err error
+	if s.store, err = newStore(o, s.reg, log); err != nil {
+		return s, err
 	}
-	defer store.Close()
-
-	mode, _ := rls.ParseFailureMode(o.FailureMode) // validated
-	svc := rls.New(store, cfg, rls.Options{
-		FailureMode:     mode,
+	s.svc = rls.New(s.store, cfg, rls.Options{
+		FailureMode:     o.FailureMode,
 		BackendTimeout:  o.BackendTimeout,
 		ShadowMode:      o.ShadowMode,
 		ResponseHeaders: o.ResponseHeaders,
 		Logger:          log,
-		Metrics:         metrics,
+		Metrics:         s.metrics,
 	})
 
-	xctx, stopXDS := context.WithCancel(context.Background())
-	defer stopXDS()
 	if o.ConfigXDS != "" {
-		client, err := newXDSClient(o, svc, metrics, log)
+		client, err := newXDSClient(o, s.svc, s.metrics, log)
 		if err != nil {
-			return err
+			return s, err
 		}
+		xctx, cancel := context.WithCancel(context.Background())
 		xdsDone := make(chan struct{})
 		go func() { client.Run(xctx); close(xdsDone) }()
-		defer func() { stopXDS(); <-xdsDone }()
+		s.stopXDS = func() { cancel(); <-xdsDone }
 		if !o.ForceStart {
 			log.Info("waiting for the first config from the xDS control plane", "server", o.ConfigXDS)
 			select {
 			case <-client.FirstConfig():
 			case <-ctx.Done():
-				return nil
+				s.close()
+				return nil, nil
 			}
 		}
 	}
@@ -106,86 +143,114 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 	if o.GRPCTLSCert != "" {
 		creds, err := grpcServerTLS(o, log)
 		if err != nil {
-			return err
+			return s, err
 		}
 		grpcOpts = append(grpcOpts, creds)
 	}
-	grpcLis, err := listen(o.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("gRPC listener: %w", err)
+	if s.grpcLis, err = listen(o.GRPCAddr); err != nil {
+		return s, fmt.Errorf("gRPC listener: %w", err)
 	}
-	grpcSrv, health := rls.NewGRPCServer(svc, grpcOpts...)
+	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
 
-	var httpSrv *http.Server
-	var httpLis net.Listener
-	// shuttingDown turns GET /healthz to 503 as soon as shutdown begins,
-	// while calls in flight finish.
-	var shuttingDown atomic.Bool
 	if o.HTTPAddr != "" {
-		httpLis, err = net.Listen("tcp", o.HTTPAddr)
-		if err != nil {
-			grpcLis.Close()
-			return fmt.Errorf("HTTP listener: %w", err)
+		if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+			return s, fmt.Errorf("HTTP listener: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if !shuttingDown.Load() {
+			if !s.shuttingDown.Load() {
 				fmt.Fprintln(w, "OK")
 				return
 			}
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		})
 		mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
-			if shuttingDown.Load() || (o.HealthRequiresConfig && len(svc.Config().Domains()) == 0) {
+			if s.shuttingDown.Load() || (o.HealthRequiresConfig && len(s.svc.Config().Domains()) == 0) {
 				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
 			fmt.Fprint(w, "OK")
 		})
-		mux.Handle("/json", svc.JSONHandler())
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		httpSrv = newHTTPServer(o, mux)
+		mux.Handle("/json", s.svc.JSONHandler())
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+		s.httpSrv = newHTTPServer(o, mux)
+	}
+
+	if s.extra, err = startSideListeners(o, s.svc, s.reg, log); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// close releases what build made: the side listeners, the xDS client, the
+// main listeners (when serving never started), the store and the SIGHUP
+// catch. It is safe on a server that build left half made.
+func (s *server) close() {
+	if s.extra != nil {
+		s.extra.close()
+		s.extra = nil
+	}
+	if s.stopXDS != nil {
+		s.stopXDS()
+		s.stopXDS = nil
+	}
+	if s.grpcLis != nil {
+		s.grpcLis.Close()
+		s.grpcLis = nil
+	}
+	if s.httpLis != nil {
+		s.httpLis.Close()
+		s.httpLis = nil
+	}
+	if s.store != nil {
+		s.store.Close()
+		s.store = nil
+	}
+	signal.Stop(s.hup)
+}
+
+// reload loads the config files again and swaps them in; on error the
+// previous config keeps serving. With --config-xds it does nothing: the
+// control plane sends every change.
+func (s *server) reload(reason string) {
+	if s.o.ConfigXDS != "" {
+		return
+	}
+	next, err := descriptors.Load(s.o.Config)
+	s.metrics.ConfigLoad(err)
+	if err != nil {
+		s.log.Error("config reload failed; the previous config keeps serving", "reason", reason, "errors", err.Error())
+		return
+	}
+	s.svc.SetConfig(next)
+	s.log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
+}
+
+// run serves until ctx ends, then shuts down gracefully. It returns early
+// with an error when the gRPC server fails.
+func (s *server) run(ctx context.Context) error {
+	o, log := s.o, s.log
+	grpcLis, httpLis := s.grpcLis, s.httpLis
+	if s.httpSrv != nil {
 		go func() {
-			if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("HTTP server stopped", "error", err)
 			}
 		}()
 	}
-
-	extra, err := startSideListeners(o, svc, reg, log)
-	if err != nil {
-		grpcLis.Close()
-		if httpLis != nil {
-			httpLis.Close()
-		}
-		return err
-	}
-	defer extra.close()
-
-	reload := func(reason string) {
-		if o.ConfigXDS != "" {
-			return // the control plane sends every change
-		}
-		next, err := descriptors.Load(o.Config)
-		metrics.ConfigLoad(err)
-		if err != nil {
-			log.Error("config reload failed; the previous config keeps serving", "reason", reason, "errors", err.Error())
-			return
-		}
-		svc.SetConfig(next)
-		log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
-	}
-	stopWatch := watchConfig(ctx, o, log, hup, reload)
+	stopWatch := watchConfig(ctx, o, log, s.hup, s.reload)
 	defer stopWatch()
 
 	grpcErr := make(chan error, 1)
-	go func() { grpcErr <- grpcSrv.Serve(grpcLis) }()
+	go func() { grpcErr <- s.grpcSrv.Serve(grpcLis) }()
+	// The servers own the listeners now.
+	s.grpcLis, s.httpLis = nil, nil
 	source := o.Config
 	if o.ConfigXDS != "" {
 		source = "xds://" + o.ConfigXDS
 	}
-	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "config", source, "domains", len(svc.Config().Domains()), "grpc_tls", o.GRPCTLSCert != ""}
-	attrs = append(attrs, extra.attrs...)
+	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "config", source, "domains", len(s.svc.Config().Domains()), "grpc_tls", o.GRPCTLSCert != ""}
+	attrs = append(attrs, s.extra.attrs...)
 	if httpLis != nil {
 		attrs = append(attrs, "http", httpLis.Addr().String())
 	}
@@ -196,8 +261,15 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 		return fmt.Errorf("gRPC server: %w", err)
 	case <-ctx.Done():
 	}
+	s.shutdown()
+	return nil
+}
+
+// shutdown marks the service NOT_SERVING and lets the calls in flight finish
+// within --shutdown-grace; a second SIGINT or SIGTERM exits at once.
+func (s *server) shutdown() {
+	log := s.log
 	log.Info("shutting down")
-	// A second SIGINT or SIGTERM during the grace period exits at once.
 	force := make(chan os.Signal, 1)
 	signal.Notify(force, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(force)
@@ -207,24 +279,23 @@ func serve(ctx context.Context, o options, logOut io.Writer) error {
 			os.Exit(1)
 		}
 	}()
-	health.Shutdown() // every service NOT_SERVING
-	shuttingDown.Store(true)
+	s.health.Shutdown() // every service NOT_SERVING
+	s.shuttingDown.Store(true)
 	// One grace period for both servers. The HTTP server keeps answering
 	// (/healthz with 503) while gRPC drains, then drains in what is left.
-	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), s.o.ShutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
-	go func() { grpcSrv.GracefulStop(); close(done) }()
+	go func() { s.grpcSrv.GracefulStop(); close(done) }()
 	select {
 	case <-done:
 	case <-sctx.Done():
-		grpcSrv.Stop()
+		s.grpcSrv.Stop()
 	}
-	if httpSrv != nil && httpSrv.Shutdown(sctx) != nil {
-		httpSrv.Close()
+	if s.httpSrv != nil && s.httpSrv.Shutdown(sctx) != nil {
+		s.httpSrv.Close()
 	}
-	extra.shutdown(sctx)
-	return nil
+	s.extra.shutdown(sctx)
 }
 
 // newStore builds the configured backend.

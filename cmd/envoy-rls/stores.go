@@ -4,26 +4,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
-// registerMemoryMetrics exports the memory store's counters.
+// registerMemoryMetrics exports the memory store's counters (the metrics
+// are defined in pkg/rls/metrics.go).
 func registerMemoryMetrics(reg prometheus.Registerer, m *memory.Store) {
 	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "envoy_rls_memory_keys",
-			Help: "Counter keys held by the memory store.",
-		}, func() float64 { return float64(m.Stats().Keys) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "envoy_rls_memory_evictions_total",
-			Help: "Keys evicted because the memory store was full (--max-keys).",
-		}, func() float64 { return float64(m.Stats().Evicted) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "envoy_rls_memory_evictions_live_total",
-			Help: "Evicted keys whose state was not yet fresh: they lost their count. Raise --max-keys if this grows.",
-		}, func() float64 { return float64(m.Stats().EvictedLive) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "envoy_rls_memory_swept_total",
-			Help: "Keys dropped because their state was back to fresh (costs nothing).",
-		}, func() float64 { return float64(m.Stats().Swept) }),
+		rls.MemoryKeys.Collector(func() float64 { return float64(m.Stats().Keys) }),
+		rls.MemoryEvictions.Collector(func() float64 { return float64(m.Stats().Evicted) }),
+		rls.MemoryEvictedLive.Collector(func() float64 { return float64(m.Stats().EvictedLive) }),
+		rls.MemorySwept.Collector(func() float64 { return float64(m.Stats().Swept) }),
+	)
+}
+
+// registerRedisMetrics exports the Redis store's counters (the metrics are
+// defined in pkg/rls/metrics.go).
+func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
+	stat := func(m rls.StoreMetric, f func(redis.Stats) uint64) prometheus.Collector {
+		return m.Collector(func() float64 { return float64(f(r.Stats())) })
+	}
+	reg.MustRegister(
+		stat(rls.RedisRequests, func(s redis.Stats) uint64 { return s.Requests }),
+		stat(rls.RedisRoundTrips, func(s redis.Stats) uint64 { return s.RoundTrips }),
+		stat(rls.RedisScriptCalls, func(s redis.Stats) uint64 { return s.ScriptCalls }),
+		stat(rls.RedisLocalDenials, func(s redis.Stats) uint64 { return s.LocalDenials }),
+		stat(rls.RedisErrors, func(s redis.Stats) uint64 { return s.Errors }),
+		stat(rls.RedisScriptReloads, func(s redis.Stats) uint64 { return s.ScriptReloads }),
 	)
 }

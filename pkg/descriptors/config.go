@@ -260,14 +260,9 @@ var units = [...]struct {
 	{"YEAR", 365 * 24 * time.Hour},
 }
 
-// UnitWindow returns the window of a unit name (second, minute, hour, day,
-// week, month = 30 days, year = 365 days; any letter case), and false for
-// anything else.
-func UnitWindow(unit string) (time.Duration, bool) {
-	_, w, ok := lookupUnit(unit)
-	return w, ok
-}
-
+// lookupUnit returns the canonical name and the window of a unit name
+// (second, minute, hour, day, week, month = 30 days, year = 365 days; any
+// letter case), and false for anything else.
 func lookupUnit(unit string) (string, time.Duration, bool) {
 	for _, u := range units {
 		if strings.EqualFold(u.name, unit) {

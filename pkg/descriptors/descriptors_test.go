@@ -594,7 +594,7 @@ descriptors:
 	}
 }
 
-func TestUnitWindow(t *testing.T) {
+func TestLookupUnit(t *testing.T) {
 	day := 24 * time.Hour
 	cases := []struct {
 		unit string
@@ -614,9 +614,9 @@ func TestUnitWindow(t *testing.T) {
 		{"seconds", 0, false},
 	}
 	for _, c := range cases {
-		got, ok := UnitWindow(c.unit)
+		_, got, ok := lookupUnit(c.unit)
 		if got != c.want || ok != c.ok {
-			t.Errorf("UnitWindow(%q) = %v, %v; want %v, %v", c.unit, got, ok, c.want, c.ok)
+			t.Errorf("lookupUnit(%q) = %v, %v; want %v, %v", c.unit, got, ok, c.want, c.ok)
 		}
 	}
 }

@@ -39,9 +39,10 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 		path := sc.paths[p.pathOff : p.pathOff+p.pathLen]
 		for j, e := range d.Entries {
 			v := e.Value
-			if j < len(path) && path[j].ShareThreshold {
-				// All values matching this wildcard share one counter.
-				v = path[j].Value
+			if j < len(path) {
+				// All values matching a share_threshold wildcard share one
+				// counter.
+				v = path[j].CounterValue(v)
 			}
 			sc.kb.entry(e.Key, v)
 		}

@@ -253,3 +253,39 @@ func (m *Metrics) unmatchedDescriptor(domain string) {
 	}
 	m.unmatched.WithLabelValues(domain).Inc()
 }
+
+// StoreMetric is a metric of a store's own counters. The program that built
+// the store (cmd/envoy-rls) registers it with a function that reads the
+// counter, so that the metric is defined here, with every other metric of
+// envoy-rls, while this package links no store.
+type StoreMetric struct {
+	Name, Help string
+	// Gauge makes it a gauge; it is a counter otherwise.
+	Gauge bool
+}
+
+// Collector returns the metric reading value at each scrape.
+func (m StoreMetric) Collector(value func() float64) prometheus.Collector {
+	if m.Gauge {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: m.Name, Help: m.Help}, value)
+	}
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.Name, Help: m.Help}, value)
+}
+
+// The memory store's metrics (memory.Stats).
+var (
+	MemoryKeys        = StoreMetric{Name: "envoy_rls_memory_keys", Help: "Counter keys held by the memory store.", Gauge: true}
+	MemoryEvictions   = StoreMetric{Name: "envoy_rls_memory_evictions_total", Help: "Keys evicted because the memory store was full (--max-keys)."}
+	MemoryEvictedLive = StoreMetric{Name: "envoy_rls_memory_evictions_live_total", Help: "Evicted keys whose state was not yet fresh: they lost their count. Raise --max-keys if this grows."}
+	MemorySwept       = StoreMetric{Name: "envoy_rls_memory_swept_total", Help: "Keys dropped because their state was back to fresh (costs nothing)."}
+)
+
+// The Redis store's metrics (redis.Stats).
+var (
+	RedisRequests      = StoreMetric{Name: "envoy_rls_redis_requests_total", Help: "Store calls that needed Redis state."}
+	RedisRoundTrips    = StoreMetric{Name: "envoy_rls_redis_round_trips_total", Help: "Pipelines sent to Redis (one round trip each)."}
+	RedisScriptCalls   = StoreMetric{Name: "envoy_rls_redis_script_calls_total", Help: "Script calls (FCALL, or EVALSHA/EVAL without functions): one per pipeline of requests, or per slot of it on a Cluster."}
+	RedisLocalDenials  = StoreMetric{Name: "envoy_rls_redis_local_denials_total", Help: "Requests denied by the local deny cache without a Redis call."}
+	RedisErrors        = StoreMetric{Name: "envoy_rls_redis_errors_total", Help: "Store calls that failed or timed out."}
+	RedisScriptReloads = StoreMetric{Name: "envoy_rls_redis_script_reloads_total", Help: "Pipelines re-sent because Redis lacked the function library or script (the first one, and after a restart or flush)."}
+)

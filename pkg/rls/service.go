@@ -54,6 +54,20 @@ func (m FailureMode) String() string {
 	return "allow"
 }
 
+// MarshalText returns the mode's name, "allow" or "deny".
+func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses "allow" or "deny", so that a FailureMode can be a
+// flag (flag.TextVar) or a config field.
+func (m *FailureMode) UnmarshalText(b []byte) error {
+	v, err := ParseFailureMode(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
 // Options configures a Service. The zero value is usable.
 type Options struct {
 	// FailureMode applies when the store returns an error.

@@ -138,7 +138,7 @@ func hit(it backend.Item, hits uint64) backend.Item {
 // whose own Enforced items allowed; one slot stays all-or-nothing.
 func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 	clock := testutil.NewClock(testutil.Base)
-	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "split:"})
+	r := newClockedRedisStore(t, clock, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "split:"})
 	a, b := partitionsOnTwoNodes(t)
 	one := algorithms.Limit{Requests: 1, Window: time.Second}
 	five := algorithms.Limit{Requests: 5, Window: time.Second}
@@ -184,7 +184,7 @@ func testClusterMatchesMemory(t *testing.T, cl *redistest.Cluster) {
 	clock := testutil.NewClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
 	mem := memory.New(memory.WithClock(clock), memory.WithSweepInterval(0))
 	t.Cleanup(func() { mem.Close() })
-	red := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: "mem:"})
+	red := newClockedRedisStore(t, clock, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "mem:"})
 	limits := randomLimits(rng, 0, true, 6)
 	for step := 0; step < 300; step++ {
 		clock.Advance(time.Duration(rng.IntN(1500)) * time.Millisecond)
@@ -205,7 +205,7 @@ func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 	clock := testutil.NewClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC))
 	md := redisModel{}
 	const prefix = "model:"
-	red := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), Clock: clock, KeyPrefix: prefix})
+	red := newClockedRedisStore(t, clock, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: prefix})
 	limits := randomLimits(rng, 0, true, 6)
 	split := 0
 	for step := 0; step < 400; step++ {

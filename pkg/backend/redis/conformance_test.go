@@ -21,7 +21,7 @@ func TestRedisParity(t *testing.T) {
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, clock backend.Clock) backend.Store {
 		prefix := fmt.Sprintf("parity%d:", n.Add(1))
-		return newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: prefix})
+		return newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: prefix})
 	}, storetest.InexactHugeCounts())
 }
 
@@ -32,7 +32,7 @@ func TestRedisParityEval(t *testing.T) {
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, clock backend.Clock) backend.Store {
 		prefix := fmt.Sprintf("parity%d:", n.Add(1))
-		s := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: prefix})
+		s := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: prefix})
 		redis.ForceEval(s)
 		return s
 	}, storetest.InexactHugeCounts())

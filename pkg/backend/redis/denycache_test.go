@@ -33,7 +33,7 @@ func TestRedisLocalDenyCacheNeverOutlivesTheDenial(t *testing.T) {
 	base := testutil.Base
 	clock := &steppingClock{step: (10 * time.Millisecond).Microseconds()}
 	clock.Set(base)
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), LocalDenyCache: true})
 	item := backend.Item{Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1, Window: time.Second}, Hits: 1}
 
 	if _, ok := redisApply(t, r, item); !ok {

@@ -7,19 +7,17 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
 // Defaults of Options.
 const (
 	// DefaultDialTimeout bounds connecting to a server when
 	// Options.DialTimeout is zero.
-	DefaultDialTimeout = 500 * time.Millisecond
+	DefaultDialTimeout = time.Second
 	// DefaultIOTimeout bounds a read or a write on a connection when
 	// Options.ReadTimeout or WriteTimeout is zero. Calls with a context
 	// deadline (every call of pkg/rls has one) are bounded by it instead.
-	DefaultIOTimeout = 500 * time.Millisecond
+	DefaultIOTimeout = time.Second
 	// DefaultBatchSize is the most script calls sent in one pipeline
 	// when Options.BatchSize is zero.
 	DefaultBatchSize = 64
@@ -85,13 +83,6 @@ type Options struct {
 	// LocalDenyCacheSize bounds the keys the local deny cache holds. Zero
 	// selects DefaultLocalDenyCacheSize.
 	LocalDenyCacheSize int
-
-	// Clock is for tests only. When nil (production), the script takes now
-	// from Redis's own TIME, so instances with skewed clocks agree. When
-	// set, Apply reads it once and passes now to the script, so a test can
-	// drive Redis along a timeline; state keys then get no TTL, since test
-	// time does not pass with real time (fresh states are still deleted).
-	Clock backend.Clock
 }
 
 // newClient builds the go-redis client of opts. It returns whether it

@@ -28,6 +28,18 @@ func newRedisStore(t testing.TB, opts redis.Options) *redis.Store {
 	return r
 }
 
+// newClockedRedisStore is newRedisStore with the script's instant read from
+// clock (a test's timeline) instead of Redis's TIME.
+func newClockedRedisStore(t testing.TB, clock backend.Clock, opts redis.Options) *redis.Store {
+	t.Helper()
+	r, err := redis.NewWithClock(opts, clock)
+	if err != nil {
+		t.Fatalf("NewWithClock: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 func redisApply(t testing.TB, s backend.Store, items ...backend.Item) ([]algorithms.Decision, bool) {
 	t.Helper()
 	out := make([]algorithms.Decision, len(items))
@@ -43,7 +55,7 @@ func redisApply(t testing.TB, s backend.Store, items ...backend.Item) ([]algorit
 func TestRedisSmoke(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock})
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL()})
 	for _, k := range algorithms.Kinds() {
 		l := algorithms.Limit{Algorithm: k, Requests: 3, Window: time.Second}
 		key := "smoke:" + k.String()
@@ -181,7 +193,7 @@ func TestRedisMatchesMemoryRandom(t *testing.T) {
 		clock := testutil.NewClock(start)
 		mem := memory.New(memory.WithClock(clock), memory.WithSweepInterval(0))
 		t.Cleanup(func() { mem.Close() })
-		red := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: "mem:" + name + ":"})
+		red := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: "mem:" + name + ":"})
 		limits := randomLimits(rng, k, mixed, 5)
 		for step := 0; step < 400; step++ {
 			switch rng.IntN(4) {
@@ -213,7 +225,7 @@ func TestRedisMatchesModelClockSteps(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(seed)+7, 43))
 		clock := testutil.NewClock(start)
 		md := redisModel{}
-		red := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, KeyPrefix: "model:" + name + ":"})
+		red := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: "model:" + name + ":"})
 		limits := randomLimits(rng, k, mixed, 5)
 		backs := 0
 		for step := 0; step < 400; step++ {

@@ -40,7 +40,7 @@ import (
 //   - now: the instant in µs since the Unix epoch, or "" for the script to
 //     read Redis's TIME (once per call; production: instances with skewed
 //     clocks agree). A given instant is for tests on a timeline
-//     (Options.Clock); keys written by such a call get no TTL.
+//     (newStore's clock); keys written by such a call get no TTL.
 //   - n: the number of items, positive for backend.WholeRequest, negative
 //     (-n) for backend.PartOfRequest (the part of a request in one slot).
 //   - itemFields numbers per item, in the order of the field* constants.

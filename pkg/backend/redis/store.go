@@ -85,7 +85,15 @@ var _ backend.Store = (*Store)(nil)
 
 // New returns a Redis store for opts. It checks the options but does
 // not connect: it succeeds while Redis is down. Call Close to release it.
-func New(opts Options) (*Store, error) {
+func New(opts Options) (*Store, error) { return newStore(opts, nil) }
+
+// newStore is New with a clock for tests: when clock is nil (production),
+// the script takes now from Redis's own TIME, so instances with skewed
+// clocks agree. When set, Apply reads it once and passes now to the script,
+// so a test can drive Redis along a timeline (see export_test.go); the deny
+// cache then reads it too. State keys then get no TTL, since test time does
+// not pass with real time (fresh states are still deleted).
+func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", opts.KeyPrefix)
 	}
@@ -103,7 +111,7 @@ func New(opts Options) (*Store, error) {
 		client:    client,
 		cluster:   cluster,
 		prefix:    opts.KeyPrefix,
-		clock:     opts.Clock,
+		clock:     clock,
 		window:    opts.BatchWindow,
 		batchSize: opts.BatchSize,
 		stop:      make(chan struct{}),
@@ -122,7 +130,7 @@ func New(opts Options) (*Store, error) {
 		if size == 0 {
 			size = DefaultLocalDenyCacheSize
 		}
-		r.denyClock = opts.Clock
+		r.denyClock = clock
 		if r.denyClock == nil {
 			r.denyClock = backend.MonotonicClock()
 		}

@@ -222,7 +222,7 @@ func TestRedisNoScript(t *testing.T) {
 func TestRedisLocalDenyCache(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	clock := testutil.NewClock(testutil.Base)
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), LocalDenyCache: true})
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 3, Window: time.Second}
 	item := func(key string, hits uint64) backend.Item { return backend.Item{Key: key, Limit: l, Hits: hits} }
 
@@ -286,8 +286,8 @@ func TestRedisClockSkew(t *testing.T) {
 	now := time.Now()
 	skewA := testutil.NewClock(now.Truncate(time.Second).Add(200 * time.Millisecond))
 	skewB := testutil.NewClock(now.Truncate(time.Second).Add(700 * time.Millisecond))
-	a := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: skewA, KeyPrefix: "skew:"})
-	b := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: skewB, KeyPrefix: "skew:"})
+	a := newClockedRedisStore(t, skewA, redis.Options{URL: srv.URL(), KeyPrefix: "skew:"})
+	b := newClockedRedisStore(t, skewB, redis.Options{URL: srv.URL(), KeyPrefix: "skew:"})
 	var allowed int
 	for i := 0; i < 4; i++ {
 		skewA.Advance(100 * time.Millisecond) // A reaches 600ms; B 1100ms, the next window
@@ -342,7 +342,7 @@ func TestRedisClockSkew(t *testing.T) {
 func TestRedisHugeValues(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	clock := testutil.NewClock(testutil.Base)
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), Clock: clock})
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL()})
 	for _, k := range algorithms.Kinds() {
 		l := algorithms.Limit{Algorithm: k, Requests: 1000, Window: time.Second}
 		ds, ok := redisApply(t, r, backend.Item{Key: "huge-hits:" + k.String(), Limit: l, Hits: math.MaxUint64})
