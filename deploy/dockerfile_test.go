@@ -224,7 +224,11 @@ func buildLikeDockerfile() (bin, version string, err error) {
 	if err := buildContext(ctxDir); err != nil {
 		return "", "", fmt.Errorf("build context: %w", err)
 	}
-	bin = filepath.Join(buildDir(), "envoy-rls")
+	dir, err := buildDir()
+	if err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(dir, "envoy-rls")
 	for _, r := range runs {
 		if len(r.argv) == 0 || r.argv[0] != "go" {
 			return "", "", fmt.Errorf("RUN %q: the test replays only `go` commands", r.argv)

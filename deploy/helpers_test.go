@@ -55,19 +55,24 @@ func envoyRLS(t *testing.T) string {
 	return builtBinary
 }
 
-// buildDir holds the built binary for the whole test process.
-var buildDir = sync.OnceValue(func() string {
-	d, err := os.MkdirTemp("", "envoy-rls-deploy-test-")
-	if err != nil {
-		panic(err)
+// buildDirPath holds the built binary for the whole test process.
+var buildDirPath string
+
+func buildDir() (string, error) {
+	if buildDirPath == "" {
+		d, err := os.MkdirTemp("", "envoy-rls-deploy-test-")
+		if err != nil {
+			return "", err
+		}
+		buildDirPath = d
 	}
-	return d
-})
+	return buildDirPath, nil
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if builtBinary != "" {
-		os.RemoveAll(buildDir())
+	if buildDirPath != "" {
+		os.RemoveAll(buildDirPath)
 	}
 	os.Exit(code)
 }
