@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test lint vet bench bench-go build
+.PHONY: run test test-short lint vet bench bench-go build
 
 # Run the service on the embedded store with the example config.
 run:
@@ -17,6 +17,11 @@ build:
 test: lint
 	$(GO) test -race -count=1 -timeout 30m ./...
 	cd deploy && $(GO) test -race -count=1 -timeout 30m ./...
+
+# The short tier: pure and in-process tests only, in seconds; what needs a
+# process of its own (redis-server, the built binary) is skipped.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

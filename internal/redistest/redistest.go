@@ -115,6 +115,11 @@ func startServer(tb testing.TB, name string, conf func(port int) string, extra [
 // an explanation when there is none.
 func Binary(tb testing.TB) string {
 	tb.Helper()
+	if testing.Short() {
+		// The short tier (go test -short) runs what needs no process of
+		// its own; make test runs everything.
+		tb.Skip("redistest: needs a redis-server process; skipped with -short")
+	}
 	if p := os.Getenv("REDIS_SERVER"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			tb.Fatalf("redistest: $REDIS_SERVER=%q: %v", p, err)

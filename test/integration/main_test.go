@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +32,13 @@ var binary string
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs the built binary as a process: none belongs
+		// to the short tier (go test -short); make test runs them.
+		fmt.Println("test/integration: needs the built binary; skipped with -short")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "envoy-rls-it")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
