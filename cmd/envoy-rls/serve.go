@@ -71,6 +71,11 @@ type server struct {
 	// shuttingDown turns GET /healthz to 503 as soon as shutdown begins,
 	// while calls in flight finish.
 	shuttingDown atomic.Bool
+	// backendReady turns true once the backend has answered (at once for
+	// the memory store); /healthcheck reports unhealthy until then, as
+	// the reference does until its first Redis PING succeeds.
+	backendReady atomic.Bool
+	stopReady    context.CancelFunc
 }
 
 // build loads the config (or, with --config-xds, starts the xDS client and
@@ -110,6 +115,9 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if s.store, err = newStore(o, s.reg, log); err != nil {
 		return s, err
 	}
+	var readyCtx context.Context
+	readyCtx, s.stopReady = context.WithCancel(context.Background())
+	go waitBackend(readyCtx, s.store, &s.backendReady, log)
 	s.svc = rls.New(s.store, cfg, rls.Options{
 		FailureMode:     o.FailureMode,
 		BackendTimeout:  o.BackendTimeout,
@@ -165,7 +173,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		})
 		mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
-			if s.shuttingDown.Load() || (o.HealthRequiresConfig && len(s.svc.Config().Domains()) == 0) {
+			if s.shuttingDown.Load() || !s.backendReady.Load() || (o.HealthRequiresConfig && len(s.svc.Config().Domains()) == 0) {
 				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
@@ -201,6 +209,10 @@ func (s *server) close() {
 	if s.httpLis != nil {
 		s.httpLis.Close()
 		s.httpLis = nil
+	}
+	if s.stopReady != nil {
+		s.stopReady()
+		s.stopReady = nil
 	}
 	if s.store != nil {
 		s.store.Close()

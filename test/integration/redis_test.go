@@ -260,9 +260,22 @@ func TestRedisDownAtStart(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("while Redis is down: %v, want UNAVAILABLE", err)
 	}
+	// The reference's /healthcheck: unhealthy until Redis first answers.
+	if code, _ := httpGetCode(p.httpURL + "/healthcheck"); code != 500 {
+		t.Fatalf("/healthcheck while Redis was never reachable: %d, want 500", code)
+	}
 	srv.Restart()
 	waitFor(t, 15*time.Second, "answers once Redis is up", func() bool {
 		r, err := p.client().ShouldRateLimit(ctxT(t), req)
 		return err == nil && r.OverallCode == rlsv3.RateLimitResponse_OK
 	})
+	waitFor(t, 15*time.Second, "/healthcheck 200 once Redis answered", func() bool {
+		code, body := httpGetCode(p.httpURL + "/healthcheck")
+		return code == 200 && body == "OK"
+	})
+	// Later outages do not flip it: the failure mode answers calls.
+	srv.Stop()
+	if code, _ := httpGetCode(p.httpURL + "/healthcheck"); code != 200 {
+		t.Fatalf("/healthcheck after Redis went away again: %d, want 200", code)
+	}
 }
