@@ -77,3 +77,21 @@ func TestReferenceEnvironmentErrorsNameTheVariable(t *testing.T) {
 		}
 	}
 }
+
+// Under Envoy Gateway, GRPC_SERVER_TLS_CA_CERT turns client verification
+// on; an empty ENVOY_RLS_GRPC_TLS_CLIENT_CA turns it off again (server-only
+// TLS, as the reference itself runs there).
+func TestClientVerificationOptOut(t *testing.T) {
+	withEnv(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "GRPC_SERVER_USE_TLS": "true",
+		"GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"})
+	o, err := parseServe(nil, io.Discard)
+	if err != nil || o.GRPCTLSClientCA != "/certs/ca.crt" {
+		t.Fatalf("client CA = %q, %v", o.GRPCTLSClientCA, err)
+	}
+	t.Setenv("ENVOY_RLS_GRPC_TLS_CLIENT_CA", "")
+	o, err = parseServe(nil, io.Discard)
+	if err != nil || o.GRPCTLSClientCA != "" || o.GRPCTLSCert != "/certs/tls.crt" {
+		t.Fatalf("opt-out: client CA = %q, cert %q, %v", o.GRPCTLSClientCA, o.GRPCTLSCert, err)
+	}
+}
