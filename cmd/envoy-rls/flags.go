@@ -48,6 +48,7 @@ type options struct {
 	RedisSentinelMaster string
 	RedisCluster        string
 	RedisPoolSize       int
+	RedisPipelines      int
 	RedisDialTimeout    time.Duration
 	RedisReadTimeout    time.Duration
 	RedisWriteTimeout   time.Duration
@@ -139,6 +140,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
 	fs.StringVar(&o.RedisCluster, "redis-cluster", "", "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS")
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
+	fs.IntVar(&o.RedisPipelines, "redis-pipelines", redis.DefaultPipelines, "most pipelines in flight; requests arriving meanwhile go together in the next one, as one script call (fewer: larger batches, less Redis CPU per decision)")
 	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", redis.DefaultDialTimeout, "Redis connect timeout")
 	fs.DurationVar(&o.RedisReadTimeout, "redis-read-timeout", redis.DefaultIOTimeout, "Redis read timeout: how long a pipeline may wait for its replies before its connection is given up (callers leave at their own deadline earlier without closing it)")
 	fs.DurationVar(&o.RedisWriteTimeout, "redis-write-timeout", redis.DefaultIOTimeout, "Redis write timeout")
@@ -208,6 +210,9 @@ func (o options) validate() error {
 		errs = append(errs, o.validateRedisTLS()...)
 		if o.RedisBatchSize < 1 {
 			errs = append(errs, errors.New("--redis-batch-size must be at least 1"))
+		}
+		if o.RedisPipelines < 1 {
+			errs = append(errs, errors.New("--redis-pipelines must be at least 1"))
 		}
 		if o.RedisBatchWindow < 0 {
 			errs = append(errs, errors.New("--redis-batch-window must not be negative"))

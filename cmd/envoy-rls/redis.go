@@ -28,6 +28,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		SentinelPassword: o.RedisSentinelPassword,
 		ClusterAddrs:     splitList(o.RedisCluster),
 		PoolSize:         o.RedisPoolSize,
+		Pipelines:        o.RedisPipelines,
 		DialTimeout:      o.RedisDialTimeout,
 		ReadTimeout:      o.RedisReadTimeout,
 		WriteTimeout:     o.RedisWriteTimeout,
@@ -62,7 +63,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	case tlsConf != nil || strings.HasPrefix(strings.ToLower(o.RedisURL), "rediss:"):
 		tlsMode = "on"
 	}
-	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "local_deny_cache", o.LocalDenyCache)
+	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "pipelines", o.RedisPipelines, "local_deny_cache", o.LocalDenyCache)
 	registerRedisMetrics(reg, r)
 	return r, nil
 }

@@ -43,7 +43,7 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 		g := group{idx: make([]int, len(items)), items: make([]item, len(items))}
 		for i := range items {
 			g.idx[i] = i
-			g.items[i] = encodeItem(&items[i], redisKey(r.prefix, &items[i]))
+			g.items[i] = encodeItem(items, i, redisKey(r.prefix, &items[i]))
 		}
 		c.groups = []group{g}
 		return c
@@ -73,7 +73,7 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 		for i := range items {
 			if slots[i] == s {
 				g.idx = append(g.idx, i)
-				g.items = append(g.items, encodeItem(&items[i], keys[i]))
+				g.items = append(g.items, encodeItem(items, i, keys[i]))
 			}
 		}
 	}

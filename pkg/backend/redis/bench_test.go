@@ -182,3 +182,100 @@ func BenchmarkRedisApplyLocalDeny(b *testing.B) {
 	st := r.Stats()
 	b.ReportMetric(float64(st.RoundTrips)/float64(st.Requests), "roundtrips/op")
 }
+
+// BenchmarkRedisItems: requests of 1 to 8 items (descriptors, or limits of
+// one descriptor: each is a key), fixed window on 10,000 keys, batched.
+// redis-µs/op is per request: divide by the items for a decision.
+func BenchmarkRedisItems(b *testing.B) {
+	for _, n := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
+			benchRedisItems(b, n)
+		})
+	}
+}
+
+func benchRedisItems(b *testing.B, n int) {
+	srv := redistest.StartStandalone(b)
+	rc := srv.Client()
+	r := newRedisStore(b, redis.Options{URL: srv.URL()})
+	l := bigLimit(algorithms.FixedWindow)
+	keys := tenThousandKeys()
+	redisApply(b, r, backend.Item{Key: "warm", Limit: l, Hits: 1})
+	var next atomic.Uint64
+	var failed atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(64)
+	before, cost0 := r.Stats(), readRedisCost(b, rc)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		items := make([]backend.Item, n)
+		out := make([]algorithms.Decision, n)
+		ctx := context.Background()
+		for pb.Next() {
+			i := next.Add(1)
+			for j := range items {
+				items[j] = backend.Item{Key: keys(i*uint64(n) + uint64(j)), Limit: l, Hits: 1}
+			}
+			if ok, err := r.Apply(ctx, items, out); err != nil || !ok {
+				failed.Add(1)
+			}
+		}
+	})
+	b.StopTimer()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d requests failed or were denied", f)
+	}
+	st, cost1 := r.Stats(), readRedisCost(b, rc)
+	reqs := float64(st.Requests - before.Requests)
+	b.ReportMetric(float64(st.ScriptCalls-before.ScriptCalls)/reqs, "scripts/op")
+	b.ReportMetric((cost1.cmdUsec-cost0.cmdUsec)/reqs, "redis-µs/op")
+	b.ReportMetric((cost1.cpuUsec-cost0.cpuUsec)/reqs, "redis-cpu-µs/op")
+}
+
+// BenchmarkRedisMemoryUsage reports Redis's MEMORY USAGE of one key of each
+// algorithm (bytes/key, with a 64-byte key name), after one hit, and for a
+// sliding log also full at 100 per window (100 entries).
+func BenchmarkRedisMemoryUsage(b *testing.B) {
+	srv := redistest.StartStandalone(b)
+	rc := srv.Client()
+	r := newRedisStore(b, redis.Options{URL: srv.URL()})
+	name := strings.Repeat("k", 64-len("log100:")-8)
+	type run struct {
+		label string
+		limit algorithms.Limit
+		hits  int
+	}
+	var runs []run
+	for _, k := range algorithms.Kinds() {
+		runs = append(runs, run{k.String(), algorithms.Limit{Algorithm: k, Requests: 100, Window: time.Hour}, 1})
+	}
+	runs = append(runs, run{"sliding_window_log_100_entries",
+		algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Requests: 100, Window: time.Hour}, 100})
+	for ri, ru := range runs {
+		b.Run(ru.label, func(b *testing.B) {
+			var bytes int64
+			for i := 0; i < b.N; i++ {
+				key := fmt.Sprintf("log%03d:%s%08d", ri, name, i)
+				for h := 0; h < ru.hits; h++ {
+					redisApply(b, r, backend.Item{Key: key, Limit: ru.limit, Hits: 1})
+				}
+				n, err := rc.MemoryUsage(context.Background(), key).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				bytes = n
+			}
+			b.ReportMetric(float64(bytes), "bytes/key")
+		})
+	}
+}
+
+// BenchmarkRedisPool: fewer pipelines in flight make larger batches, so
+// fewer script calls per decision.
+func BenchmarkRedisPool(b *testing.B) {
+	for _, n := range []int{1, 2, 4, 20} {
+		b.Run(fmt.Sprintf("pool=%d", n), func(b *testing.B) {
+			benchRedis(b, redis.Options{PoolSize: n}, bigLimit(algorithms.FixedWindow), tenThousandKeys())
+		})
+	}
+}

@@ -21,6 +21,9 @@ const (
 	// DefaultBatchSize is the most script calls sent in one pipeline
 	// when Options.BatchSize is zero.
 	DefaultBatchSize = 64
+	// DefaultPipelines is the most pipelines in flight when
+	// Options.Pipelines is zero.
+	DefaultPipelines = 2
 	// DefaultLocalDenyCacheSize is the most keys the local deny cache holds
 	// when Options.LocalDenyCacheSize is zero.
 	DefaultLocalDenyCacheSize = 100_000
@@ -52,6 +55,12 @@ type Options struct {
 	// PoolSize is the most connections per server; it also bounds the
 	// pipelines in flight. Zero selects go-redis's default, 10 per CPU.
 	PoolSize int
+	// Pipelines is the most pipelines in flight at once (at most PoolSize).
+	// Requests that arrive meanwhile queue up and go together in the next
+	// pipeline, as one script call (per slot), so fewer pipelines in flight
+	// make larger batches and cost Redis less per decision; Redis runs one
+	// script at a time anyway. Zero selects DefaultPipelines.
+	Pipelines int
 	// DialTimeout, ReadTimeout and WriteTimeout bound connecting and each
 	// read and write; zero selects DefaultDialTimeout and
 	// DefaultIOTimeout. A call's context deadline, when earlier, wins.

@@ -44,10 +44,11 @@ import (
 //   - n: the number of items, positive for backend.WholeRequest, negative
 //     (-n) for backend.PartOfRequest (the part of a request in one slot).
 //   - itemFields numbers per item, in the order of the field* constants.
-//     fieldFlags is algorithm + flagMode*mode + flagOver*over (the
-//     algorithms.Kind and backend.Mode values; over is 1 when Hits >
-//     Capacity, compared exactly here as two huge numbers may be one
-//     double, or Requests is 0 and Hits > 0).
+//     fieldFlags is algorithm + flagMode*mode + flagOver*over +
+//     flagGroup*group (the algorithms.Kind and backend.Mode values; over is
+//     1 when Hits > Capacity, compared exactly here as two huge numbers may
+//     be one double, or Requests is 0 and Hits > 0; group is the rank of
+//     the item's quota group among the request's).
 //
 // # Reply
 //
@@ -106,20 +107,21 @@ var (
 // them at).
 const (
 	fieldKeyIndex = iota // 1-based index into KEYS
-	fieldFlags           // algorithm + flagMode*mode + flagOver*over
+	fieldFlags           // algorithm + flagMode*mode + flagOver*over + flagGroup*group
 	fieldRequests        // Limit.Requests
 	fieldWindow          // Limit.Window in µs, at least 1
 	fieldCapacity        // Limit.Capacity()
 	fieldHits            // Item.Hits
-	fieldGroup           // Item.Group
 	itemFields           // the number of fields per item (the script's ITEM_FIELDS)
 )
 
-// Multipliers of the mode and the over bit in fieldFlags (the script's
-// FLAG_MODE and FLAG_OVER).
+// Multipliers in fieldFlags (the script's FLAG_*): the mode, the over bit
+// and the item's quota group (its rank among the request's distinct
+// groups). 128 is free.
 const (
-	flagMode = 8
-	flagOver = 64
+	flagMode  = 8
+	flagOver  = 64
+	flagGroup = 256
 )
 
 // The values of one item in the reply, after its request's verdict.
@@ -138,11 +140,13 @@ type item struct {
 	flags                    int64
 	requests, capacity, hits uint64
 	window                   int64
-	group                    int64
 }
 
-// encodeItem encodes it, whose Redis key is key.
-func encodeItem(it *backend.Item, key string) item {
+// encodeItem encodes items[i], whose Redis key is key. Its quota group
+// goes in as the group's rank among the request's distinct groups (the
+// script only compares groups), so any Item.Group fits.
+func encodeItem(items []backend.Item, i int, key string) item {
+	it := &items[i]
 	w := it.Limit.Window.Microseconds()
 	if w < 1 {
 		w = 1
@@ -151,8 +155,25 @@ func encodeItem(it *backend.Item, key string) item {
 	if it.Hits > it.Limit.Capacity() || (it.Limit.Requests == 0 && it.Hits > 0) {
 		flags += flagOver
 	}
+	if it.Mode == backend.Quota {
+		// The distinct groups before the group's first item.
+		var rank int64
+		seen := map[int]bool{} // only requests with quota items get here
+		for j := 0; j < i; j++ {
+			g := items[j].Group
+			if items[j].Mode != backend.Quota || seen[g] {
+				continue
+			}
+			if g == it.Group {
+				break
+			}
+			seen[g] = true
+			rank++
+		}
+		flags += flagGroup * rank
+	}
 	return item{key: key, flags: flags, requests: it.Limit.Requests, capacity: it.Limit.Capacity(),
-		hits: it.Hits, window: w, group: int64(it.Group)}
+		hits: it.Hits, window: w}
 }
 
 // scriptCall is one FCALL (or EVALSHA) of a pipeline: the groups of a
@@ -188,7 +209,7 @@ func (sc *scriptCall) add(g *group, now string, whole bool) {
 		}
 		var f [itemFields]any
 		f[fieldKeyIndex], f[fieldFlags], f[fieldRequests], f[fieldWindow] = ki, it.flags, it.requests, it.window
-		f[fieldCapacity], f[fieldHits], f[fieldGroup] = it.capacity, it.hits, it.group
+		f[fieldCapacity], f[fieldHits] = it.capacity, it.hits
 		sc.args = append(sc.args, f[:]...)
 	}
 }

@@ -47,6 +47,7 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 		"ITEM_FIELDS": strconv.Itoa(itemFields),
 		"FLAG_MODE":   strconv.Itoa(flagMode),
 		"FLAG_OVER":   strconv.Itoa(flagOver),
+		"FLAG_GROUP":  strconv.Itoa(flagGroup),
 	}
 	for _, k := range algorithms.Kinds() {
 		name, ok := luaName[k]
@@ -90,8 +91,8 @@ func TestScriptCallLayout(t *testing.T) {
 		{Key: "b", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Requests: 7, Window: 3 * time.Second, Burst: 11},
 			Hits: 12, Mode: backend.Quota, Group: 5},
 	}
-	first := group{items: []item{encodeItem(&items[0], "p:a"), encodeItem(&items[1], "p:b")}}
-	second := group{items: []item{encodeItem(&items[1], "p:b")}}
+	first := group{items: []item{encodeItem(items, 0, "p:a"), encodeItem(items, 1, "p:b")}}
+	second := group{items: []item{encodeItem(items, 1, "p:b")}}
 	sc := newScriptCall()
 	sc.add(&first, "", true)
 	sc.add(&second, "123", false)
@@ -106,12 +107,11 @@ func TestScriptCallLayout(t *testing.T) {
 	}
 	want := map[int]any{
 		fieldKeyIndex: 2,
-		fieldFlags:    int64(algorithms.GCRA) + flagMode*int64(backend.Quota) + flagOver,
+		fieldFlags:    int64(algorithms.GCRA) + flagMode*int64(backend.Quota) + flagOver, // its group ranks 0
 		fieldRequests: uint64(7),
 		fieldWindow:   int64(3000000),
 		fieldCapacity: uint64(11),
 		fieldHits:     uint64(12),
-		fieldGroup:    int64(5),
 	}
 	if len(want) != itemFields {
 		t.Fatalf("the test checks %d of %d fields", len(want), itemFields)
@@ -121,6 +121,24 @@ func TestScriptCallLayout(t *testing.T) {
 			if sc.args[at+i] != w {
 				t.Errorf("field %d at %d = %v (%T), want %v (%T)", i, at+i, sc.args[at+i], sc.args[at+i], w, w)
 			}
+		}
+	}
+}
+
+// TestQuotaGroupRanks: quota groups go in as their rank among the
+// request's distinct groups, whatever their numbers.
+func TestQuotaGroupRanks(t *testing.T) {
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1, Window: time.Second}
+	items := []backend.Item{
+		{Key: "a", Limit: l, Mode: backend.Quota, Group: -7},
+		{Key: "b", Limit: l, Mode: backend.Enforced, Group: 3},
+		{Key: "c", Limit: l, Mode: backend.Quota, Group: 1 << 60},
+		{Key: "d", Limit: l, Mode: backend.Quota, Group: -7},
+		{Key: "e", Limit: l, Mode: backend.Quota, Group: 2},
+	}
+	for i, want := range []int64{0, 0, 1, 0, 2} {
+		if got := encodeItem(items, i, "k").flags / flagGroup; got != want {
+			t.Errorf("item %d: group rank %d, want %d", i, got, want)
 		}
 	}
 }

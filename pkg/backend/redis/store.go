@@ -119,10 +119,14 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	if r.batchSize == 0 {
 		r.batchSize = DefaultBatchSize
 	}
-	workers := poolSize
-	if workers == 0 {
-		workers = 10 * runtime.GOMAXPROCS(0) // go-redis's default pool size
+	if poolSize == 0 {
+		poolSize = 10 * runtime.GOMAXPROCS(0) // go-redis's default pool size
 	}
+	workers := opts.Pipelines
+	if workers == 0 {
+		workers = DefaultPipelines
+	}
+	workers = min(workers, poolSize)
 	r.sem = make(chan struct{}, workers)
 	r.queue = make(chan *call, 4*r.batchSize)
 	if opts.LocalDenyCache {

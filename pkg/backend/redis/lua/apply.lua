@@ -19,8 +19,8 @@
 -- differ.
 local FIXED, BUCKET, LOG, COUNTER, GCRA = 0, 1, 2, 3, 4
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
-local ITEM_FIELDS = 7
-local FLAG_MODE, FLAG_OVER = 8, 64
+local ITEM_FIELDS = 6
+local FLAG_MODE, FLAG_OVER, FLAG_GROUP = 8, 64, 256
 local NEVER = -1
 local NEVER_US = 9223372036854775 -- algorithms.Never in µs
 local EXACT = 9007199254740992 -- 2^53
@@ -81,6 +81,11 @@ local function num(x)
 		return format("%d", x)
 	end
 	return format("%.17g", x)
+end
+
+-- int reports whether x is written as an integer by num.
+local function int(x)
+	return x < EXACT and x == floor(x)
 end
 
 local function malformed(ki)
@@ -451,12 +456,23 @@ local function save(ki, injected)
 	end
 	if alg ~= LOG then
 		local v
+		local at = s_at[ki]
 		if alg == FIXED then
-			v = num(s_at[ki]) .. " " .. num(s_count[ki])
+			local c = s_count[ki]
+			if int(at) and int(c) then -- the common case: one format
+				v = format("%d %d", at, c)
+			else
+				v = num(at) .. " " .. num(c)
+			end
 		elseif alg == COUNTER then
-			v = num(s_at[ki]) .. " " .. num(s_count[ki]) .. " " .. num(s_prev[ki])
+			v = num(at) .. " " .. num(s_count[ki]) .. " " .. num(s_prev[ki])
 		else
-			v = num(s_at[ki]) .. " " .. num(s_level[ki])
+			local l = s_level[ki]
+			if int(at) and int(l) then
+				v = format("%d %d", at, l)
+			else
+				v = num(at) .. " " .. num(l)
+			end
 		end
 		if ms then
 			call("SET", key, v, "PX", ms)
@@ -543,6 +559,7 @@ local function apply(keys, args)
 		for i = 1, n do
 			local ki, flags, req, w, capacity, hits = tonum(A[p]), tonum(A[p + 1]), tonum(A[p + 2]),
 				tonum(A[p + 3]), tonum(A[p + 4]), tonum(A[p + 5])
+			local group = floor(flags / FLAG_GROUP)
 			local alg = flags % FLAG_MODE
 			local mode = floor(flags / FLAG_MODE) % FLAG_MODE
 			local over = floor(flags / FLAG_OVER) % 2 == 1
@@ -556,7 +573,9 @@ local function apply(keys, args)
 			end
 			local ok, rem, retry, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
 			if ok then
-				if tgen[ki] ~= RQ then
+				-- A request of one item commits exactly when it is allowed:
+				-- it needs no undo.
+				if n > 1 and tgen[ki] ~= RQ then
 					tgen[ki] = RQ
 					u_n = u_n + 1
 					u_keys[u_n] = ki
@@ -587,8 +606,7 @@ local function apply(keys, args)
 				end
 			elseif mode == QUOTA then
 				groups = groups or {}
-				local g = A[p + 6]
-				groups[g] = groups[g] or not ok
+				groups[group] = groups[group] or not ok
 			end
 			reply(no, ok, rem, retry, reset)
 			no = no + 4
