@@ -39,7 +39,7 @@ import (
 type egPKI struct {
 	dir                              string
 	ca, rlCert, rlKey, cpCert, cpKey string
-	envoyCert, envoyKey, otherCA     string
+	envoyCert, envoyKey              string
 	caPool                           *x509.CertPool
 	caKey                            *ecdsa.PrivateKey
 	caCert                           *x509.Certificate
