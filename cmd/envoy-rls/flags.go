@@ -34,7 +34,9 @@ type options struct {
 	KeyPrefix       string
 	ShutdownGrace   time.Duration
 	ShadowMode      bool
-	ResponseHeaders bool
+	ResponseHeaders rls.HeaderMode
+	OverLimitBody   string
+	NearLimitRatio  float64
 
 	GRPCMaxConcurrentStreams  int
 	GRPCMaxConnectionAge      time.Duration
@@ -128,13 +130,15 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
-	fs.BoolVar(&o.ResponseHeaders, "response-headers", false, "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset for the most restrictive descriptor")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", time.Hour, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")
 	fs.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
 	fs.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
 	fs.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
+	fs.TextVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff, "quota headers added to responses: off, ietf (RateLimit-Policy and RateLimit), draft03 (X-RateLimit-*), legacy (RateLimit-Limit/-Remaining/-Reset; true means legacy, false off) or all; Retry-After comes with every OVER_LIMIT whatever this says")
+	fs.StringVar(&o.OverLimitBody, "over-limit-body", "", `JSON body of OVER_LIMIT answers (raw_body), with {{rule}}, {{domain}}, {{descriptor_index}} and {{retry_after}} filled in, e.g. {"error":"rate_limited","rule":"{{rule}}","retry_after":{{retry_after}}}`)
+	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit's capacity past which allowed hits also count in envoy_rls_rule_near_limit_total (0 < ratio <= 1)")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
 	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
@@ -188,6 +192,14 @@ func (o options) validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", d.name))
 		}
+	}
+	if o.OverLimitBody != "" {
+		if _, err := rls.ParseBodyTemplate(o.OverLimitBody); err != nil {
+			errs = append(errs, fmt.Errorf("--over-limit-body: %v", err))
+		}
+	}
+	if !(o.NearLimitRatio > 0 && o.NearLimitRatio <= 1) {
+		errs = append(errs, fmt.Errorf("--near-limit-ratio %v: want a number above 0 and at most 1", o.NearLimitRatio))
 	}
 	if o.BackendTimeout < 0 {
 		errs = append(errs, errors.New("--backend-timeout must not be negative"))

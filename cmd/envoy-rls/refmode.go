@@ -84,10 +84,6 @@ func addXDSFlags(fs *flag.FlagSet, o *xdsOptions) {
 	fs.StringVar(&o.RedisSentinelPassword, "redis-sentinel-password", "", "password of the Sentinels (not of the master)")
 }
 
-// referenceNearLimitRatio is where the reference's near_limit series
-// starts counting (its NEAR_LIMIT_RATIO default).
-const referenceNearLimitRatio = 0.8
-
 // lookupEnv reads the reference server's variables (tests replace it).
 var lookupEnv refenv.Lookup = os.LookupEnv
 

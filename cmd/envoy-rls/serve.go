@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/envoyrls/envoy-rls/internal/tracing"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
@@ -60,6 +61,7 @@ type server struct {
 	store   backend.Store
 	svc     *rls.Service
 	stopXDS func() // stops the xDS client and waits for it; nil without one
+	tracing *tracing.Tracing
 
 	grpcLis net.Listener
 	grpcSrv *grpc.Server
@@ -102,16 +104,29 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		}
 	}
 	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.metrics = rls.NewMetrics(s.reg)
+	s.metrics = registerMetrics(s.reg)
 	if o.ReferenceMetrics {
-		s.metrics.EnableReference(s.reg, referenceNearLimitRatio)
+		s.metrics.EnableReference(s.reg, o.NearLimitRatio)
 	}
 	if cfg != nil {
 		s.metrics.ConfigLoad(nil)
 	}
 
-	var err error
+	traceCfg, err := tracing.FromEnv(os.Getenv)
+	if err != nil {
+		return s, fmt.Errorf("tracing: %v", err)
+	}
+	if s.tracing, err = tracing.Setup(ctx, traceCfg, version); err != nil {
+		return s, err
+	}
+	if traceCfg.Enabled {
+		log.Info("tracing on", "protocol", traceCfg.Protocol, "service", traceCfg.ServiceName, "sampling_rate", traceCfg.SamplingRate)
+	}
+	var overLimitBody *rls.BodyTemplate
+	if o.OverLimitBody != "" {
+		overLimitBody, _ = rls.ParseBodyTemplate(o.OverLimitBody) // validated
+	}
+
 	if s.store, err = newStore(o, s.reg, log); err != nil {
 		return s, err
 	}
@@ -123,6 +138,10 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		BackendTimeout:  o.BackendTimeout,
 		ShadowMode:      o.ShadowMode,
 		ResponseHeaders: o.ResponseHeaders,
+		OverLimitBody:   overLimitBody,
+		NearLimitRatio:  o.NearLimitRatio,
+		Tracer:          s.tracing.Tracer,
+		Propagator:      s.tracing.Propagator,
 		Logger:          log,
 		Metrics:         s.metrics,
 	})
@@ -194,6 +213,14 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 // main listeners (when serving never started), the store and the SIGHUP
 // catch. It is safe on a server that build left half made.
 func (s *server) close() {
+	if s.tracing != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := s.tracing.Shutdown(sctx); err != nil {
+			s.log.Warn("flushing traces", "error", err)
+		}
+		cancel()
+		s.tracing = nil
+	}
 	if s.extra != nil {
 		s.extra.close()
 		s.extra = nil
@@ -308,6 +335,14 @@ func (s *server) shutdown() {
 		s.httpSrv.Close()
 	}
 	s.extra.shutdown(sctx)
+}
+
+// registerMetrics registers the service's metrics, build info and the Go
+// runtime and process collectors (the store registers its own).
+func registerMetrics(reg prometheus.Registerer) *rls.Metrics {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rls.RegisterBuildInfo(reg, version)
+	return rls.NewMetrics(reg)
 }
 
 // newStore builds the configured backend.

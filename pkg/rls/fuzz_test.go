@@ -35,7 +35,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	}
 	store := memory.New()
 	f.Cleanup(func() { store.Close() })
-	svc := rls.New(store, cfg, rls.Options{ResponseHeaders: true})
+	svc := rls.New(store, cfg, rls.Options{ResponseHeaders: rls.HeadersAll})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req rlsv3.RateLimitRequest
 		if protojson.Unmarshal(data, &req) != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -42,7 +43,11 @@ func (s *Service) JSONHandler() http.Handler {
 			http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		ctx := r.Context()
+		if s.opts.Tracer != nil {
+			ctx = s.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		resp, err := s.ShouldRateLimit(ctx, &req)
 		if err != nil {
 			code := http.StatusInternalServerError
 			switch status.Code(err) {

@@ -3,6 +3,7 @@ package rls
 import (
 	"math"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -14,17 +15,29 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
+// MaxRuleSeries bounds the distinct rule labels that request values can
+// create (rules with detailed_metric or value_to_metric): past it, their
+// hits are counted under the rule "__overflow__".
+const MaxRuleSeries = 10_000
+
 // Metrics records what the service decides, for Prometheus. A nil *Metrics
 // records nothing.
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	latency       prometheus.Histogram
 	decisions     *prometheus.CounterVec
-	backendErrors prometheus.Counter
+	backendErrors *prometheus.CounterVec
 	configLoads   *prometheus.CounterVec
 	unknown       prometheus.Counter
 	unmatched     *prometheus.CounterVec
 	ref           *referenceMetrics // nil unless EnableReference
+
+	ruleHits, ruleWithin, ruleOver, ruleNear, ruleShadow *prometheus.CounterVec
+	ruleCap                                              *cardinality.Cap
+	backendLatency                                       prometheus.Histogram
+	inFlight                                             prometheus.Gauge
+	configOK, configTime                                 prometheus.Gauge
+	observerDropped                                      prometheus.Counter
 }
 
 // NewMetrics registers the service's metrics with reg.
@@ -43,10 +56,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "envoy_rls_limit_decisions_total",
 			Help: "Decisions per limit by domain, descriptor stats key and result (within_limit, over_limit, shadow_over_limit, quota_over_limit).",
 		}, []string{"domain", "descriptor", "result"}),
-		backendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_backend_errors_total",
-			Help: "Store calls that failed or timed out; the failure mode decided the answer.",
-		}),
+			Help: "Store calls that failed or timed out, by kind (timeout, canceled, error); the failure mode decided the answer.",
+		}, []string{"kind"}),
 		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_config_loads_total",
 			Help: "Descriptor config loads by result (success, error). On error the previous config keeps serving.",
@@ -60,8 +73,104 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Request descriptors of a configured domain that match no rule; they are allowed without limit (logged at debug level, one line a second at most).",
 		}, []string{"domain"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads, m.unknown, m.unmatched)
+	rule := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
+	}
+	m.ruleHits = rule("envoy_rls_rule_hits_total", "Hits asked of each limit, by domain and rule (the limit's name, else its descriptor path; #i numbers the limits of an unnamed composite).")
+	m.ruleWithin = rule("envoy_rls_rule_within_limit_total", "Hits a limit allowed.")
+	m.ruleOver = rule("envoy_rls_rule_over_limit_total", "Hits an enforced limit denied.")
+	m.ruleNear = rule("envoy_rls_rule_near_limit_total", "Allowed hits that took a limit past the near-limit ratio of its capacity.")
+	m.ruleShadow = rule("envoy_rls_rule_shadow_over_limit_total", "Hits a shadow limit (or any limit under global shadow mode) would have denied.")
+	m.ruleCap = cardinality.New(MaxRuleSeries, cardinality.Overflow)
+	m.backendLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "envoy_rls_backend_duration_seconds",
+		Help:    "Time of one store call (one batch for the whole request).",
+		Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+	})
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "envoy_rls_requests_in_flight",
+		Help: "ShouldRateLimit calls being decided now.",
+	})
+	m.configOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "envoy_rls_config_last_load_success",
+		Help: "1 when the last config load or reload succeeded, 0 while the config on disk is broken (the previous one keeps serving).",
+	})
+	m.configTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "envoy_rls_config_last_success_timestamp_seconds",
+		Help: "Unix time of the last successful config load.",
+	})
+	m.observerDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "envoy_rls_observer_events_dropped_total",
+		Help: "Decision events dropped because an observer's queue was full.",
+	})
+	overflow := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "envoy_rls_metric_label_overflow_total",
+		Help:        "Observations counted under the __overflow__ label value because the metric's series cap was reached.",
+		ConstLabels: prometheus.Labels{"metric": "envoy_rls_rule"},
+	}, func() float64 { return float64(m.ruleCap.Overflowed()) })
+	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads,
+		m.ruleHits, m.ruleWithin, m.ruleOver, m.ruleNear, m.ruleShadow, m.backendLatency,
+		m.inFlight, m.configOK, m.configTime, m.observerDropped, overflow, m.unknown, m.unmatched)
 	return m
+}
+
+// RegisterBuildInfo registers envoy_rls_build_info{version, goversion} = 1.
+func RegisterBuildInfo(reg prometheus.Registerer, version string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "envoy_rls_build_info",
+		Help:        "Always 1; the labels say which build runs.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}
+
+// limit records one limit's decision, in hits. label is the rule label;
+// detailed reports that it holds request values and goes through the series
+// cap. Under global shadow mode an enforced denial counts as a shadow one.
+func (m *Metrics) limit(domain, label string, detailed bool, it *backend.Item, d *algorithms.Decision, nearRatio float64, globalShadow bool) {
+	if detailed {
+		label = m.ruleCap.Value(domain + "\x00" + label)
+		if label != cardinality.Overflow {
+			label = label[len(domain)+len("\x00"):]
+		}
+	}
+	hits := float64(it.Hits)
+	m.ruleHits.WithLabelValues(domain, label).Add(hits)
+	switch {
+	case d.Allowed:
+		m.ruleWithin.WithLabelValues(domain, label).Add(hits)
+		capacity := d.Limit
+		threshold := uint64(float64(capacity) * nearRatio)
+		if used := capacity - min(d.Remaining, capacity); used > threshold && it.Hits > 0 {
+			m.ruleNear.WithLabelValues(domain, label).Add(float64(min(it.Hits, used-threshold)))
+		}
+	case it.Mode == backend.Shadow || globalShadow:
+		m.ruleShadow.WithLabelValues(domain, label).Add(hits)
+	default:
+		m.ruleOver.WithLabelValues(domain, label).Add(hits)
+	}
+}
+
+func (m *Metrics) backendCall(start time.Time) {
+	if m == nil {
+		return
+	}
+	m.backendLatency.Observe(time.Since(start).Seconds())
+}
+
+func (m *Metrics) inflight(delta float64) {
+	if m == nil {
+		return
+	}
+	m.inFlight.Add(delta)
+}
+
+func (m *Metrics) observerDrop() {
+	if m == nil {
+		return
+	}
+	m.observerDropped.Inc()
 }
 
 func (m *Metrics) request(domain, code string, start time.Time) {
@@ -105,11 +214,11 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 	m.decisions.WithLabelValues(domain, p.statKey, result).Inc()
 }
 
-func (m *Metrics) backendError() {
+func (m *Metrics) backendError(err error) {
 	if m == nil {
 		return
 	}
-	m.backendErrors.Inc()
+	m.backendErrors.WithLabelValues(backendErrorKind(err)).Inc()
 }
 
 // ConfigLoad records a config load or reload.
@@ -122,9 +231,12 @@ func (m *Metrics) ConfigLoad(err error) {
 		if m.ref != nil {
 			m.ref.loadError.Inc()
 		}
+		m.configOK.Set(0)
 		return
 	}
 	m.configLoads.WithLabelValues("success").Inc()
+	m.configOK.Set(1)
+	m.configTime.Set(float64(time.Now().UnixNano()) / 1e9)
 	if m.ref != nil {
 		m.ref.loadSuccess.Inc()
 	}

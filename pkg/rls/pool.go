@@ -4,6 +4,7 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 )
 
 // scratch is the per-request working memory, pooled.
@@ -17,4 +18,5 @@ type scratch struct {
 	decisions []algorithms.Decision
 	kb        keyBuilder
 	budgetEnd budgetEnd // why the last failed store call ran out of time
+	policies  []rlheaders.Policy
 }

@@ -66,7 +66,7 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 			meta = mergeMetadata(meta, p.node.Metadata)
 		}
 	}
-	if s.opts.ResponseHeaders {
+	if s.opts.ResponseHeaders&HeadersLegacy != 0 {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
 	}
 	if meta != nil {

@@ -16,6 +16,10 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,11 +98,27 @@ type Options struct {
 	// OVER_LIMIT, metrics count the decisions, and nothing of a request
 	// that the limits deny is charged. For trying a config in production.
 	ShadowMode bool
-	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset (whole seconds, rounded up) to the response for the
-	// most restrictive descriptor, like the reference server's
-	// LIMIT_RESPONSE_HEADERS_ENABLED.
-	ResponseHeaders bool
+	// ResponseHeaders selects the quota fields added to every response
+	// with a limit (see HeaderMode). Retry-After is added to every
+	// OVER_LIMIT answer whatever it says.
+	ResponseHeaders HeaderMode
+	// OverLimitBody, when set, is rendered as raw_body of OVER_LIMIT
+	// answers (with a Content-Type: application/json header).
+	OverLimitBody *BodyTemplate
+	// NearLimitRatio is the share of a limit's capacity past which allowed
+	// hits also count as near_limit; 0 means DefaultNearLimitRatio.
+	NearLimitRatio float64
+	// Tracer, when set, makes a span per ShouldRateLimit call and one per
+	// backend call, parented on the caller's trace context as read by
+	// Propagator (W3C traceparent when nil). Nil costs nothing.
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
+	// Observers receive every decision off the decision path, each through
+	// its own queue of ObserverQueue events (when 0, the package's
+	// ObserverQueue); a full queue drops the event and counts it. Close
+	// stops them.
+	Observers     []Observer
+	ObserverQueue int
 }
 
 // Service implements rlsv3.RateLimitServiceServer.
@@ -113,6 +133,11 @@ type Service struct {
 	unknown   *sampleLog // requests for unknown domains
 	unmatched *sampleLog // descriptors that match no rule
 	pool      sync.Pool
+
+	rules     atomic.Pointer[ruleNames]
+	nearRatio float64
+	prop      propagation.TextMapPropagator
+	obs       *observers
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -131,20 +156,59 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	s.unknown = newSampleLog(s.log, "unknown domain: allowed without limits", time.Second)
 	s.unmatched = newSampleLog(s.log, "descriptor matches no rule: allowed without limit", time.Second)
 	s.config.Store(cfg)
+	s.rules.Store(new(ruleNames))
 	s.pool.New = func() any { return new(scratch) }
+	s.nearRatio = s.opts.NearLimitRatio
+	if s.nearRatio <= 0 || s.nearRatio > 1 {
+		s.nearRatio = DefaultNearLimitRatio
+	}
+	s.prop = s.opts.Propagator
+	if s.prop == nil {
+		s.prop = propagation.TraceContext{}
+	}
+	s.obs = newObservers(s.opts.Observers, s.opts.ObserverQueue, s.opts.Metrics.observerDrop)
 	return s
+}
+
+// Close stops the observers after they have taken every queued event. Call
+// it after the last ShouldRateLimit call; later decisions are not observed.
+func (s *Service) Close() {
+	if s.obs != nil {
+		s.obs.close()
+	}
+}
+
+// ObserverDropped returns how many events observers have missed because
+// their queue was full.
+func (s *Service) ObserverDropped() uint64 {
+	if s.obs == nil {
+		return 0
+	}
+	return s.obs.dropped.Load()
 }
 
 // SetConfig atomically replaces the descriptor config. Requests in flight
 // finish with the config they started with.
-func (s *Service) SetConfig(cfg *descriptors.Config) { s.config.Store(cfg) }
+func (s *Service) SetConfig(cfg *descriptors.Config) {
+	s.config.Store(cfg)
+	s.rules.Store(new(ruleNames))
+}
 
 // Config returns the config in use.
 func (s *Service) Config() *descriptors.Config { return s.config.Load() }
 
 // ShouldRateLimit decides one request.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	start := time.Now()
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.inflight(1)
+		defer s.opts.Metrics.inflight(-1)
+	}
+	if s.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = s.startSpan(ctx, req)
+		defer func() { endSpan(span, resp, err) }()
+	}
 	if err := validate(req); err != nil {
 		// Not the request's domain: it may be anything, of any length.
 		s.opts.Metrics.request("", "invalid", start)
@@ -190,18 +254,24 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		var err error
 		allowed, err = s.apply(ctx, sc)
 		if err != nil {
-			s.opts.Metrics.backendError()
+			s.opts.Metrics.backendError(err)
 			s.fails.failure(ctx, err, sc.budgetEnd)
 			if s.opts.FailureMode == FailClosed {
 				s.opts.Metrics.request(label, "unavailable", start)
+				if s.obs != nil {
+					s.obs.publish(s.event(sc, req, dom != nil, "unavailable", err, start))
+				}
 				return nil, status.Error(codes.Unavailable, "rate limit backend unavailable: "+err.Error())
 			}
 			s.opts.Metrics.request(label, "failed_open", start)
+			if s.obs != nil {
+				s.obs.publish(s.event(sc, req, dom != nil, "failed_open", err, start))
+			}
 			return failOpenResponse(sc), nil
 		}
 		s.fails.success()
 	}
-	resp := s.respond(sc, req.Domain, allowed)
+	resp = s.respond(sc, req.Domain, allowed)
 	code := "ok"
 	if !allowed {
 		code = "over_limit"
@@ -210,11 +280,30 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.OverallCode = rlsv3.RateLimitResponse_OK
 		}
 	}
+	s.tell(ctx, sc, req, resp, allowed)
 	s.opts.Metrics.request(label, code, start)
+	if s.obs != nil {
+		s.obs.publish(s.event(sc, req, dom != nil, code, nil, start))
+	}
 	return resp, nil
 }
 
-func (s *Service) apply(ctx context.Context, sc *scratch) (bool, error) {
+func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err error) {
+	if s.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = s.opts.Tracer.Start(ctx, "backend.Apply", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.Int("ratelimit.backend.keys", len(sc.items))))
+		defer func() {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
+	if s.opts.Metrics != nil {
+		defer s.opts.Metrics.backendCall(time.Now())
+	}
 	bctx, cancel := s.budget(ctx)
 	defer cancel()
 	if cap(sc.decisions) < len(sc.items) {
@@ -222,7 +311,7 @@ func (s *Service) apply(ctx context.Context, sc *scratch) (bool, error) {
 	}
 	sc.decisions = sc.decisions[:len(sc.items)]
 	clear(sc.decisions)
-	allowed, err := s.store.Apply(bctx, sc.items, sc.decisions)
+	allowed, err = s.store.Apply(bctx, sc.items, sc.decisions)
 	if err != nil {
 		sc.budgetEnd = budgetEnded(ctx, bctx, err)
 	}

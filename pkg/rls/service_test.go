@@ -398,7 +398,7 @@ func TestMetadataOfPassedDescriptors(t *testing.T) {
 		t.Fatalf("dynamic metadata %v", r.DynamicMetadata)
 	}
 	r = h.call(t, "f", desc("tagged", "x"))
-	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.DynamicMetadata != nil {
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.DynamicMetadata.GetFields()["metadata"] != nil {
 		t.Fatalf("denied descriptor returned metadata: %v", r)
 	}
 }
@@ -610,7 +610,7 @@ func TestGlobalShadowMode(t *testing.T) {
 }
 
 func TestResponseHeaders(t *testing.T) {
-	h := start(t, featuresYAML, rls.Options{ResponseHeaders: true})
+	h := start(t, featuresYAML, rls.Options{ResponseHeaders: rls.HeadersLegacy})
 	headers := func(r *rlsv3.RateLimitResponse) map[string]string {
 		m := map[string]string{}
 		for _, hv := range r.ResponseHeadersToAdd {

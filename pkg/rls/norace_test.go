@@ -1,0 +1,5 @@
+//go:build !race
+
+package rls_test
+
+const raceEnabled = false
