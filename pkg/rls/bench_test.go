@@ -9,6 +9,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -152,6 +153,44 @@ func benchGRPC(b *testing.B, newService func(b *testing.B) (*rls.Service, func(b
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			if report != nil {
 				report(b)
+			}
+		})
+	}
+}
+
+// BenchmarkMetrics measures ShouldRateLimit (10k keys, memory store) with
+// no metrics, with the envoy_rls_* series, and with the reference's
+// ratelimit_service_* series too.
+func BenchmarkMetrics(b *testing.B) {
+	cfg, err := descriptors.Parse("bench.yaml", []byte(benchYAML))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name      string
+		metrics   bool
+		reference bool
+	}{{"none", false, false}, {"envoy_rls", true, false}, {"with_reference", true, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			store := memory.New()
+			b.Cleanup(func() { store.Close() })
+			var opts rls.Options
+			if bc.metrics {
+				reg := prometheus.NewRegistry()
+				opts.Metrics = rls.NewMetrics(reg)
+				if bc.reference {
+					opts.Metrics.EnableReference(reg, 0.8)
+				}
+			}
+			svc := rls.New(store, cfg, opts)
+			reqs := benchRequests("user", 10_000)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := svc.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -181,8 +181,8 @@ func (m *Metrics) request(domain, code string, start time.Time) {
 	m.requests.WithLabelValues(domain, code).Inc()
 	m.latency.Observe(took)
 	if r := m.ref; r != nil {
-		r.totalRequests.WithLabelValues("ShouldRateLimit").Inc()
-		r.responseTime.WithLabelValues("ShouldRateLimit").Observe(took)
+		r.requestsShould.Inc()
+		r.timeShould.Observe(took)
 		switch code {
 		case "invalid", "no_config":
 			r.errors.WithLabelValues("service_error").Inc()
@@ -251,10 +251,12 @@ type referenceMetrics struct {
 	totalRequests                                            *prometheus.CounterVec
 	responseTime                                             *prometheus.HistogramVec
 	loadSuccess, loadError                                   prometheus.Counter
+	requestsShould                                           prometheus.Counter
+	timeShould                                               prometheus.Observer
 
 	nearRatio float64
 	keys      *cardinality.Cap // bounds the distinct stats keys (request values can enter them)
-	labels    sync.Map         // stats key -> [3]string
+	labels    sync.Map         // stats key -> *refSeries
 }
 
 // MaxReferenceKeys bounds the distinct stats keys of the reference series;
@@ -289,6 +291,8 @@ func (m *Metrics) EnableReference(reg prometheus.Registerer, nearRatio float64) 
 		nearRatio:   nearRatio,
 		keys:        cardinality.New(MaxReferenceKeys, cardinality.Overflow),
 	}
+	r.requestsShould = r.totalRequests.WithLabelValues("ShouldRateLimit")
+	r.timeShould = r.responseTime.WithLabelValues("ShouldRateLimit")
 	reg.MustRegister(r.totalHits, r.overLimit, r.nearLimit, r.withinLimit, r.shadowMode, r.errors,
 		r.totalRequests, r.responseTime, r.loadSuccess, r.loadError)
 	m.ref = r
@@ -309,46 +313,60 @@ func referenceLabels(statsKey string) [3]string {
 	return l
 }
 
-func (r *referenceMetrics) labelsOf(statsKey string) [3]string {
-	if v, ok := r.labels.Load(statsKey); ok {
-		return v.([3]string)
+// refSeries are the five per-limit counters of one stats key.
+type refSeries struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode prometheus.Counter
+}
+
+func (r *referenceMetrics) newSeries(l [3]string) *refSeries {
+	lv := []string{l[0], l[1], l[2]}
+	return &refSeries{
+		totalHits: r.totalHits.WithLabelValues(lv...), overLimit: r.overLimit.WithLabelValues(lv...),
+		nearLimit: r.nearLimit.WithLabelValues(lv...), withinLimit: r.withinLimit.WithLabelValues(lv...),
+		shadowMode: r.shadowMode.WithLabelValues(lv...),
 	}
-	if r.keys.Value(statsKey) == cardinality.Overflow {
-		l := referenceLabels(statsKey)
-		return [3]string{l[0], cardinality.Overflow, ""}
+}
+
+// seriesOf returns the counters of a stats key, made once per key. Keys past
+// MaxReferenceKeys share their domain's overflow series.
+func (r *referenceMetrics) seriesOf(statsKey string) *refSeries {
+	if v, ok := r.labels.Load(statsKey); ok {
+		return v.(*refSeries)
 	}
 	l := referenceLabels(statsKey)
-	r.labels.Store(statsKey, l)
-	return l
+	if r.keys.Value(statsKey) == cardinality.Overflow {
+		return r.newSeries([3]string{l[0], cardinality.Overflow, ""})
+	}
+	v, _ := r.labels.LoadOrStore(statsKey, r.newSeries(l))
+	return v.(*refSeries)
 }
 
 // limit records one limit's decision the way the reference counts it: the
 // hits before and after this request against the limit and its near-limit
 // threshold (floor(limit * ratio)).
 func (r *referenceMetrics) limit(statsKey string, d *algorithms.Decision, hits uint64, shadow bool) {
-	l := r.labelsOf(statsKey)
-	lv := []string{l[0], l[1], l[2]}
+	c := r.seriesOf(statsKey)
 	limit := d.Limit
 	near := uint64(math.Floor(float64(limit) * r.nearRatio))
-	r.totalHits.WithLabelValues(lv...).Add(float64(hits))
+	c.totalHits.Add(float64(hits))
 	used := limit - min(d.Remaining, limit) // before the hits when denied, after them when allowed
 	if d.Allowed {
 		before := used - min(hits, used)
 		if used > near {
-			r.nearLimit.WithLabelValues(lv...).Add(float64(used - max(near, before)))
+			c.nearLimit.Add(float64(used - max(near, before)))
 		}
-		r.withinLimit.WithLabelValues(lv...).Add(float64(hits))
+		c.withinLimit.Add(float64(hits))
 		return
 	}
 	before, after := used, used+hits
 	over := hits
 	if before < limit {
 		over = after - limit
-		r.nearLimit.WithLabelValues(lv...).Add(float64(limit - max(near, before)))
+		c.nearLimit.Add(float64(limit - max(near, before)))
 	}
-	r.overLimit.WithLabelValues(lv...).Add(float64(over))
+	c.overLimit.Add(float64(over))
 	if shadow {
-		r.shadowMode.WithLabelValues(lv...).Add(float64(over))
+		c.shadowMode.Add(float64(over))
 	}
 }
 
