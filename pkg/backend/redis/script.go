@@ -82,6 +82,12 @@ import (
 // A state that is fresh after a committed request (the ResetAfter of its
 // key's last allowing item is zero) is deleted. Otherwise its TTL is that
 // ResetAfter rounded up to the millisecond.
+//
+// A key that holds anything else (another type, or the format of an
+// earlier version) is deleted and starts fresh rather than failing the
+// whole script call, and so every request batched with it: across an
+// upgrade that changes the format, such a key forgets at most one window's
+// hits.
 
 //go:embed lua/apply.lua
 var applyLua string

@@ -406,3 +406,47 @@ func TestRedisSentinel(t *testing.T) {
 		t.Fatal("the master holds no state for the key")
 	}
 }
+
+// TestRedisUnreadableStateStartsFresh: a key holding what this version
+// cannot read (another type, or another version's format) is deleted and
+// starts fresh, and the other requests of the same script call are decided
+// as usual.
+func TestRedisUnreadableStateStartsFresh(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rc := srv.Client()
+	ctx := context.Background()
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "u:"})
+	for _, k := range algorithms.Kinds() {
+		l := algorithms.Limit{Algorithm: k, Requests: 3, Window: time.Hour}
+		bad := map[string]func(key string) error{
+			"old format": func(key string) error { return rc.Set(ctx, key, "1 2 3 4 5", 0).Err() },
+			"garbage":    func(key string) error { return rc.Set(ctx, key, "x y z", 0).Err() },
+			"list":       func(key string) error { return rc.RPush(ctx, key, "a b", "c").Err() },
+			"hash":       func(key string) error { return rc.HSet(ctx, key, "f", "v").Err() },
+		}
+		for name, set := range bad {
+			key := fmt.Sprintf("%s:%s", k, strings.ReplaceAll(name, " ", "_"))
+			if err := set("u:" + key); err != nil {
+				t.Fatal(err)
+			}
+			// Concurrent requests share a script call with the bad key's.
+			var wg sync.WaitGroup
+			for i := 0; i < 8; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					redisApply(t, r, backend.Item{Key: fmt.Sprintf("%s:good%d", key, i), Limit: l, Hits: 1})
+				}(i)
+			}
+			ds, ok := redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 1})
+			wg.Wait()
+			if !ok || ds[0].Remaining != 2 {
+				t.Fatalf("%s, %s: %+v allowed=%v; want a fresh key with 2 remaining", k, name, ds[0], ok)
+			}
+			ds, _ = redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 1})
+			if ds[0].Remaining != 1 {
+				t.Fatalf("%s, %s: second hit: %+v; want 1 remaining (the state was rewritten)", k, name, ds[0])
+			}
+		}
+	}
+}

@@ -28,12 +28,12 @@ local MAX_U64 = 18446744073709551616 -- 2^64
 
 -- Library functions, bound on the first call: a function library sees
 -- no globals but redis while it loads.
-local floor, ceil, fmod, tonum, find, sub, format, unpk, each, fail, call
+local floor, ceil, fmod, tonum, find, sub, format, unpk, each, fail, call, pcall_, type_
 
 local function bind()
 	floor, ceil, fmod = math.floor, math.ceil, math.fmod
 	tonum, find, sub, format = tonumber, string.find, string.sub, string.format
-	unpk, each, fail, call = unpack, pairs, error, redis.call
+	unpk, each, fail, call, pcall_, type_ = unpack, pairs, error, redis.call, redis.pcall, type
 end
 local K -- the KEYS of the call being run
 
@@ -88,9 +88,6 @@ local function int(x)
 	return x < EXACT and x == floor(x)
 end
 
-local function malformed(ki)
-	return fail("envoy-rls: malformed state of " .. K[ki])
-end
 
 -- Scalar state of a key (every algorithm but the log), as loaded or as
 -- charged so far in this batch: the fields of algorithms.State.
@@ -112,26 +109,38 @@ local G = 0
 -- when ki is among them.
 local dl, dgen, dn = {}, {}, 0
 
-local function load(ki, alg)
-	local key = K[ki]
-	algs[ki], lgen[ki] = alg, G
+-- fresh sets key ki's state to that of a key that does not exist.
+local function fresh(ki, alg)
+	s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = 0, 0, 0, 0
 	if alg == LOG then
-		local r = call("LRANGE", key, 0, 3)
+		l_drop[ki], l_push[ki], l_np[ki], l_ent[ki], l_m[ki], l_exists[ki] = 0, {}, 0, {}, 0, false
+	end
+end
+
+-- read loads key ki's state; it returns false when the key holds something
+-- this version cannot read (another type, or an earlier version's format).
+local function read(ki, alg)
+	local key = K[ki]
+	if alg == LOG then
+		local r = pcall_("LRANGE", key, 0, 3)
+		if r.err then
+			return false
+		end
 		local n = #r
 		l_drop[ki], l_push[ki], l_np[ki] = 0, {}, 0
 		if n == 0 then
-			s_at[ki], s_count[ki], s_prev[ki], l_ent[ki], l_m[ki], l_exists[ki] = 0, 0, 0, {}, 0, false
-			return
+			fresh(ki, alg)
+			return true
 		end
 		local h = r[1]
 		local i = find(h, " ", 1, true)
 		local j = i and find(h, " ", i + 1, true)
 		if not j then
-			malformed(ki)
+			return false
 		end
 		s_at[ki], s_count[ki], s_prev[ki] = tonum(sub(h, 1, i - 1)), tonum(sub(h, i + 1, j - 1)), tonum(sub(h, j + 1))
 		if not (s_at[ki] and s_count[ki] and s_prev[ki]) then
-			malformed(ki)
+			return false
 		end
 		local e = {}
 		for j = 2, n do
@@ -142,21 +151,27 @@ local function load(ki, alg)
 			else
 				e[2 * j - 3], e[2 * j - 2] = tonum(v), 1
 			end
+			if not (e[2 * j - 3] and e[2 * j - 2]) then
+				return false
+			end
 		end
 		l_ent[ki], l_exists[ki], l_m[ki] = e, true, nil -- every field: the tables outlive calls
 		if n < 4 then
 			l_m[ki] = n - 1
 		end
-		return
+		return true
 	end
-	local v = call("GET", key)
+	local v = pcall_("GET", key)
 	if not v then
-		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = 0, 0, 0, 0
-		return
+		fresh(ki, alg)
+		return true
+	end
+	if type_(v) ~= "string" then
+		return false -- another type
 	end
 	local i = find(v, " ", 1, true)
 	if not i then
-		malformed(ki)
+		return false
 	end
 	local at = tonum(sub(v, 1, i - 1))
 	if alg == FIXED then
@@ -164,14 +179,24 @@ local function load(ki, alg)
 	elseif alg == COUNTER then
 		local j = find(v, " ", i + 1, true)
 		if not j then
-			malformed(ki)
+			return false
 		end
 		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, tonum(sub(v, i + 1, j - 1)), tonum(sub(v, j + 1)), 0
 	else
 		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, 0, 0, tonum(sub(v, i + 1))
 	end
-	if not (s_at[ki] and s_count[ki] and s_prev[ki] and s_level[ki]) then
-		malformed(ki)
+	return s_at[ki] and s_count[ki] and s_prev[ki] and s_level[ki] and true or false
+end
+
+-- load reads key ki's state for algorithm alg. A key this version cannot
+-- read is deleted and starts fresh, rather than failing every request of
+-- the call: after an upgrade that changed the format, such a key forgets
+-- at most one window's hits.
+local function load(ki, alg)
+	algs[ki], lgen[ki] = alg, G
+	if not read(ki, alg) then
+		call("DEL", K[ki])
+		fresh(ki, alg)
 	end
 end
 
@@ -204,6 +229,9 @@ local function entry(ki, i)
 			e[2 * k - 1], e[2 * k] = tonum(sub(v, 1, p - 1)), tonum(sub(v, p + 1))
 		else
 			e[2 * k - 1], e[2 * k] = tonum(v), 1
+		end
+		if not (e[2 * k - 1] and e[2 * k]) then
+			fail("envoy-rls: malformed log entry of " .. K[ki])
 		end
 	end
 	if n < want then
