@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -357,6 +358,33 @@ func newStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.S
 	}
 }
 
+// configEvent reports whether a change of the entry name (as fsnotify names
+// it) may change the config read from dir: file is the config's path when it
+// is a file, "" when the config is the directory dir. Only such changes
+// reload: a process that logs into a file next to its config would otherwise
+// reload itself every settle interval for ever (each reload logs a line).
+// Kubernetes' atomic writer entries (..data, ..data_tmp, ..TIMESTAMP) always
+// count; then, for a file, its own name; for a directory, the entries the
+// loader reads (*.yaml, *.yml, not dotfiles). Names outside dir (the parent
+// of --watch-root) are not judged here.
+func configEvent(dir, file, name string) bool {
+	name = filepath.Clean(name)
+	if filepath.Dir(name) != filepath.Clean(dir) {
+		return true
+	}
+	base := filepath.Base(name)
+	switch {
+	case strings.HasPrefix(base, ".."):
+		return true
+	case file != "":
+		return name == filepath.Clean(file)
+	case strings.HasPrefix(base, "."):
+		return false
+	}
+	ext := filepath.Ext(base)
+	return ext == ".yaml" || ext == ".yml"
+}
+
 // watchConfig reloads the config on SIGHUP and, with --watch-config, when a
 // file in the config's directory changes (writes, renames, and the symlink
 // swaps of a Kubernetes ConfigMap). Bursts of events are folded into one
@@ -366,11 +394,15 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
 	var w *fsnotify.Watcher
+	dir, file := configDir(o.Config), ""
+	if dir != o.Config {
+		file = o.Config
+	}
 	if o.WatchConfig && o.Config != "" {
 		var err error
 		w, err = fsnotify.NewWatcher()
 		if err == nil {
-			err = w.Add(configDir(o.Config))
+			err = w.Add(dir)
 			if err == nil && o.WatchRoot != "" {
 				// The reference's RUNTIME_WATCH_ROOT: RUNTIME_ROOT itself
 				// may be replaced (a symlink swapped), which only its
@@ -407,6 +439,9 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				}
 				if o.WatchRoot != "" && filepath.Dir(ev.Name) == filepath.Dir(filepath.Clean(o.WatchRoot)) && ev.Name != filepath.Clean(o.WatchRoot) {
 					continue // another entry next to the root
+				}
+				if !configEvent(dir, file, ev.Name) {
+					continue // another file next to the config (a log, say)
 				}
 				timer.Reset(settle)
 			case err, ok := <-watchErrs:
