@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/refenv"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
 // withEnv makes the reference environment m for the test.
@@ -93,5 +94,18 @@ func TestClientVerificationOptOut(t *testing.T) {
 	o, err = parseServe(nil, io.Discard)
 	if err != nil || o.GRPCTLSClientCA != "" || o.GRPCTLSCert != "/certs/tls.crt" {
 		t.Fatalf("opt-out: client CA = %q, cert %q, %v", o.GRPCTLSClientCA, o.GRPCTLSCert, err)
+	}
+}
+
+// The reference's mode switches land on the flags they name.
+func TestReferenceModes(t *testing.T) {
+	withEnv(t, map[string]string{"RUNTIME_ROOT": "/data", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "SHADOW_MODE": "true", "NEAR_LIMIT_RATIO": "0.5", "CACHE_KEY_PREFIX": "p_"})
+	o, err := parseServe(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ResponseHeaders != rls.HeadersLegacy || !o.ShadowMode || o.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
+		t.Fatalf("headers %v shadow %v near %v prefix %q", o.ResponseHeaders, o.ShadowMode, o.NearLimitRatio, o.KeyPrefix)
 	}
 }
