@@ -30,6 +30,7 @@ type options struct {
 	Backend         backendKind
 	MaxKeys         int
 	FailureMode     rls.FailureMode
+	LocalShare      float64
 	BackendTimeout  time.Duration
 	KeyPrefix       string
 	ShutdownGrace   time.Duration
@@ -125,7 +126,8 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.TextVar(&o.LogFormat, "log-format", logFormat("text"), "text or json")
 	fs.TextVar(&o.Backend, "backend", backendKind("memory"), "memory (embedded, bounded) or redis")
 	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
-	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailOpen, "when the backend fails: allow (answer OK) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
+	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailLocal, "when Redis fails or cannot answer in time: local (decide on an embedded store, write the allowed hits back later), allow (answer OK, write the hits back later) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
+	fs.Float64Var(&o.LocalShare, "local-share", 1, "failure mode local: the share of each limit an instance allows on its own while Redis is away, in (0, 1] (1/N for N instances bounds the outage to the limit)")
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", time.Second, "cap on the backend wait per request: a call waits until the caller's deadline less a margin for answering, at most this long (alone when the caller sends no deadline)")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
@@ -200,6 +202,9 @@ func (o options) validate() error {
 	}
 	if !(o.NearLimitRatio > 0 && o.NearLimitRatio <= 1) {
 		errs = append(errs, fmt.Errorf("--near-limit-ratio %v: want a number above 0 and at most 1", o.NearLimitRatio))
+	}
+	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
+		errs = append(errs, fmt.Errorf("--local-share %v: want a share in (0, 1]", o.LocalShare))
 	}
 	if o.BackendTimeout < 0 {
 		errs = append(errs, errors.New("--backend-timeout must not be negative"))

@@ -10,7 +10,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
 // newRedisStore builds the Redis store from the options. It does not
@@ -38,12 +40,26 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 		LocalDenyCache:   o.LocalDenyCache,
 		TLS:              tlsConf,
 	}
+	// The failure mode decides what a call does when Redis cannot answer
+	// in time: decide on an embedded store (local), or answer OK (allow);
+	// either way the hits allowed are written back to Redis later.
+	var fallback *memory.Store
+	switch o.FailureMode {
+	case rls.FailLocal:
+		fallback = memory.New(memory.WithMaxKeys(o.MaxKeys))
+		ro.Fallback, ro.FallbackShare = fallback, o.LocalShare
+	case rls.FailOpen:
+		ro.CountFailedOpen = true
+	}
 	// go-redis logs connection trouble on its own; route it to our logger at
 	// debug level, since every failure that matters to a call is already
 	// counted and logged (throttled) by the service.
 	goredis.SetLogger(redisLogger{log})
 	r, err := redis.New(ro)
 	if err != nil {
+		if fallback != nil {
+			fallback.Close()
+		}
 		return nil, err
 	}
 	mode := "standalone"
@@ -63,9 +79,37 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	case tlsConf != nil || strings.HasPrefix(strings.ToLower(o.RedisURL), "rediss:"):
 		tlsMode = "on"
 	}
-	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "pipelines", o.RedisPipelines, "local_deny_cache", o.LocalDenyCache)
+	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "pipelines", o.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.FailureMode.String())
 	registerRedisMetrics(reg, r)
+	path := func(p string, f func(redis.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "envoy_rls_redis_decisions_total",
+			Help:        "Requests by who decided them: redis, deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (answered by the failure mode: see envoy_rls_requests_total's failed_open and unavailable).",
+			ConstLabels: prometheus.Labels{"path": p},
+		}, func() float64 { return float64(f(r.Stats())) })
+	}
+	reg.MustRegister(
+		path("redis", func(s redis.Stats) uint64 { return s.Decided }),
+		path("deny_cache", func(s redis.Stats) uint64 { return s.LocalDenials }),
+		path("local_fallback", func(s redis.Stats) uint64 { return s.LocalFallbacks }),
+		path("failed", func(s redis.Stats) uint64 { return s.Errors }),
+	)
+	if fallback != nil {
+		return withFallback{r, fallback}, nil
+	}
 	return r, nil
+}
+
+// withFallback is the Redis store with its fallback store, closed together.
+type withFallback struct {
+	*redis.Store
+	fallback *memory.Store
+}
+
+func (s withFallback) Close() error {
+	err := s.Store.Close()
+	s.fallback.Close()
+	return err
 }
 
 // redisLogger adapts go-redis's process-wide logger to slog.

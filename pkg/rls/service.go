@@ -28,8 +28,8 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
-// FailureMode is what the service answers when the store fails or is slower
-// than the backend timeout.
+// FailureMode is what the service answers when the store fails or cannot
+// answer within the call's budget.
 type FailureMode uint8
 
 const (
@@ -38,30 +38,40 @@ const (
 	// FailClosed answers gRPC UNAVAILABLE, so Envoy's own
 	// failure_mode_deny decides.
 	FailClosed
+	// FailLocal is for a store that decides on its own when its shared
+	// backend cannot (the Redis store with a fallback store): such a store
+	// answers without an error, so an error means it could not decide at
+	// all, and the call is answered UNAVAILABLE as with FailClosed.
+	FailLocal
 )
 
-// ParseFailureMode parses "allow" or "deny".
+// ParseFailureMode parses "allow", "deny" or "local".
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch s {
 	case "allow":
 		return FailOpen, nil
 	case "deny":
 		return FailClosed, nil
+	case "local":
+		return FailLocal, nil
 	}
-	return 0, fmt.Errorf("failure mode %q: want allow or deny", s)
+	return 0, fmt.Errorf("failure mode %q: want local, allow or deny", s)
 }
 
 func (m FailureMode) String() string {
-	if m == FailClosed {
+	switch m {
+	case FailClosed:
 		return "deny"
+	case FailLocal:
+		return "local"
 	}
 	return "allow"
 }
 
-// MarshalText returns the mode's name, "allow" or "deny".
+// MarshalText returns the mode's name, "local", "allow" or "deny".
 func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
-// UnmarshalText parses "allow" or "deny", so that a FailureMode can be a
+// UnmarshalText parses "local", "allow" or "deny", so that a FailureMode can be a
 // flag (flag.TextVar) or a config field.
 func (m *FailureMode) UnmarshalText(b []byte) error {
 	v, err := ParseFailureMode(string(b))
@@ -256,7 +266,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if err != nil {
 			s.opts.Metrics.backendError(err)
 			s.fails.failure(ctx, err, sc.budgetEnd)
-			if s.opts.FailureMode == FailClosed {
+			if s.opts.FailureMode != FailOpen {
 				s.opts.Metrics.request(label, "unavailable", start)
 				if s.obs != nil {
 					s.obs.publish(s.event(sc, req, dom != nil, "unavailable", err, start))

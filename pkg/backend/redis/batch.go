@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -20,6 +22,101 @@ type call struct {
 	groups []group
 	err    error         // set before done is closed when the call was not sent
 	done   chan struct{} // closed when every group has its result
+
+	// A caller that leaves before done (its deadline passed) abandons the
+	// call; the worker then resolves it on its own, once the reply arrives
+	// or the call is dropped, and hands the outcome to late (see
+	// Store.degrade).
+	mu        sync.Mutex
+	state     callState
+	late      func(charged []bool) // set by the caller after abandoning
+	resolved  bool                 // the outcome is known
+	chargedBy []bool               // per item: Redis charged it (nil: nothing charged)
+	items     int                  // number of items of the request
+}
+
+type callState uint8
+
+const (
+	waiting   callState = iota // the caller waits for done
+	finished                   // the worker finished first: the caller reads the result
+	abandoned                  // the caller left first: the worker resolves the call
+)
+
+// abandon is called by a caller that leaves before done. It reports false
+// when the worker finished first, so the caller should read the result.
+func (c *call) abandon() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == finished {
+		return false
+	}
+	c.state = abandoned
+	return true
+}
+
+// finish is called by the worker when the call's result is known: charged
+// (per item, nil when nothing was charged) is handed to the late handler
+// when the caller abandoned the call. It closes done.
+func (c *call) finish(charged func() []bool) {
+	c.mu.Lock()
+	if c.state == waiting {
+		// The caller reads the result itself; if that fails (c.err, an
+		// error in the reply), nothing was charged or the caller resolves
+		// it from the reply.
+		c.state, c.resolved = finished, true
+		c.mu.Unlock()
+		close(c.done)
+		return
+	}
+	c.resolved = true
+	c.chargedBy = charged()
+	late := c.late
+	c.mu.Unlock()
+	close(c.done)
+	if late != nil {
+		late(c.chargedBy)
+	}
+}
+
+// onLate registers what to do with the outcome of an abandoned call: at
+// once if the worker has resolved it already, else when it does.
+func (c *call) onLate(f func(charged []bool)) {
+	c.mu.Lock()
+	if !c.resolved {
+		c.late = f
+		c.mu.Unlock()
+		return
+	}
+	charged := c.chargedBy
+	c.mu.Unlock()
+	f(charged)
+}
+
+// notCharged is the outcome of a call that was never sent.
+func notCharged() []bool { return nil }
+
+// chargedItems reports, per item of a call that ran, whether Redis charged
+// it: its request's verdict committed and its own decision allowed. A
+// group whose script call failed counts as not charged (it may have run
+// and lost its reply: see Store.degrade).
+func chargedItems(c *call) []bool {
+	var charged []bool
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		if g.err != nil || len(g.reply) != 1+replyFields*len(g.idx) || g.reply[0] != 1 {
+			continue
+		}
+		for k, i := range g.idx {
+			if g.reply[1+replyFields*k+replyAllowedHi]&1 == 1 {
+				if charged == nil {
+					charged = make([]bool, c.items)
+				}
+				charged[i] = true
+			}
+		}
+	}
+	return charged
 }
 
 // group is the items of one request in one cluster slot (all of them on a
@@ -38,7 +135,7 @@ type group struct {
 // newCall splits items into groups: one on a standalone server, one per
 // hash slot on a Cluster.
 func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
-	c := &call{ctx: ctx, now: nowArg(r.clock), whole: true, done: make(chan struct{})}
+	c := &call{ctx: ctx, now: nowArg(r.clock), whole: true, done: make(chan struct{}), items: len(items)}
 	if !r.cluster {
 		g := group{idx: make([]int, len(items)), items: make([]item, len(items))}
 		for i := range items {
@@ -141,16 +238,34 @@ func (r *Store) collect() {
 	}
 }
 
-// run sends batch as one pipeline of script calls, one per slot (one in
-// all on a standalone server), re-sends the calls that did not run because
-// the server lacked the function or script, then releases the callers.
-// Calls whose context has ended are not sent.
+// run sends batch as one pipeline of script calls (see send), then
+// releases the callers. Calls whose context has ended, or whose deadline is
+// nearer than a round trip takes (the recent successful round trips'
+// average), are not sent: they could not be answered in time, and a call
+// that is not sent is known not to have charged anything.
+//
+// The pipeline has no deadline of its callers: a caller that leaves at its
+// deadline must not cut the pipeline short for the others, nor break its
+// connection, which would then be closed and dialled again (a reconnect
+// storm under load). The pipeline is bounded by the client's read and write
+// timeouts instead, and the calls whose callers left are resolved from
+// their late replies.
 func (r *Store) run(batch []*call) {
+	rtt := time.Duration(r.rtt.Load())
+	now := time.Now()
 	live := batch[:0]
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+		err := c.ctx.Err()
+		if d, ok := c.ctx.Deadline(); err == nil && ok && d.Sub(now) < rtt {
+			err = fmt.Errorf("redis: not sent, the deadline is nearer than a round trip (%v): %w", rtt, context.DeadlineExceeded)
+			// Lower the estimate a little at each call it keeps out, so
+			// that one slow spell cannot keep every call out for good.
+			r.rtt.CompareAndSwap(int64(rtt), int64(rtt-rtt/8))
+		}
+		if err != nil {
+			r.notSent.Add(1)
 			c.err = err
-			close(c.done) // its caller has left or is leaving
+			c.finish(notCharged)
 			continue
 		}
 		live = append(live, c)
@@ -158,9 +273,28 @@ func (r *Store) run(batch []*call) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := batchContext(live)
-	defer cancel()
+	start := time.Now()
+	if !r.send(context.Background(), live) {
+		// A moving average of the round trips that worked: failed ones
+		// (a frozen or dead server) say nothing about the next one.
+		d := int64(time.Since(start))
+		for {
+			old := r.rtt.Load()
+			if r.rtt.CompareAndSwap(old, old+(d-old)/8) {
+				break
+			}
+		}
+	}
+	for _, c := range live {
+		c.finish(func() []bool { return chargedItems(c) })
+	}
+}
 
+// send sends calls as one pipeline of script calls, one per slot (one in
+// all on a standalone server), and re-sends the script calls that did not
+// run because the server lacked the function or script. Each group gets
+// its reply or error. It reports whether any script call failed.
+func (r *Store) send(ctx context.Context, live []*call) (failed bool) {
 	var calls []*scriptCall
 	if r.cluster {
 		bySlot := map[int]*scriptCall{}
@@ -226,10 +360,14 @@ func (r *Store) run(batch []*call) {
 	}
 	for _, sc := range calls {
 		sc.decode()
+		if err := sc.cmd.Err(); err != nil {
+			failed = true
+			if isOOM(err) {
+				r.oom.Add(1)
+			}
+		}
 	}
-	for _, c := range live {
-		close(c.done)
-	}
+	return failed
 }
 
 // notRun reports whether err says that a script call was refused before it
@@ -257,22 +395,4 @@ func (r *Store) loadLibrary(ctx context.Context) error {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return load(ctx, c) })
 	}
 	return load(ctx, r.client)
-}
-
-// batchContext returns a context for a pipeline that ends at the latest
-// deadline of the calls, or has none when one of them has none (go-redis's
-// timeouts bound it then). It is not cancelled by the calls' contexts: a
-// call sent must not cut the pipeline short for the others.
-func batchContext(calls []*call) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, c := range calls {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithCancel(context.Background())
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.Background(), latest)
 }

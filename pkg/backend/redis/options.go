@@ -7,6 +7,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
 // Defaults of Options.
@@ -92,6 +94,22 @@ type Options struct {
 	// LocalDenyCacheSize bounds the keys the local deny cache holds. Zero
 	// selects DefaultLocalDenyCacheSize.
 	LocalDenyCacheSize int
+
+	// Fallback, when set, decides the requests that Redis cannot answer in
+	// time or fails on (failure mode local): each limit scaled by
+	// FallbackShare (zero means 1, the whole limit), and the hits it allows
+	// are written back to Redis once it answers again. Apply then answers
+	// without an error. The store does not close Fallback.
+	Fallback      backend.Store
+	FallbackShare float64
+	// CountFailedOpen writes back the hits of the requests that fail (the
+	// caller answers OK by its failure mode allow), so that they are
+	// counted in Redis once it answers again.
+	CountFailedOpen bool
+	// WriteBackKeys bounds the keys whose hits wait to be written back;
+	// zero selects DefaultWriteBackKeys.
+	WriteBackKeys int
+
 }
 
 // newClient builds the go-redis client of opts. It returns whether it

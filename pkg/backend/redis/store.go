@@ -75,6 +75,16 @@ type Store struct {
 
 	requests, roundTrips, scriptCalls atomic.Uint64
 	localDenials, errs, reloads       atomic.Uint64
+	decided, notSent, oom             atomic.Uint64
+	rtt                               atomic.Int64 // ns, moving average of successful round trips
+
+	// Degraded mode: see degrade.go.
+	fallback        backend.Store // nil: none (Options.Fallback)
+	share           float64
+	countFailedOpen bool
+	wb              *writeBack
+	localDecisions  atomic.Uint64
+	lateCharged     atomic.Uint64
 
 	// evalOnly is set once the server turned out to have no functions
 	// (Redis before 7.0, or FUNCTION not allowed): EVALSHA from then on.
@@ -129,6 +139,10 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	workers = min(workers, poolSize)
 	r.sem = make(chan struct{}, workers)
 	r.queue = make(chan *call, 4*r.batchSize)
+	if err := r.initDegraded(opts); err != nil {
+		client.Close()
+		return nil, err
+	}
 	if opts.LocalDenyCache {
 		size := opts.LocalDenyCacheSize
 		if size == 0 {
@@ -145,8 +159,9 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 			}),
 		})
 	}
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.collect()
+	go r.flushLoop()
 	return r, nil
 }
 
@@ -171,6 +186,32 @@ type Stats struct {
 	// the function library (loaded then) or the script (sent with EVAL):
 	// the first pipeline, and after a restart or a flush.
 	ScriptReloads uint64
+
+	// Decided counts requests decided by Redis.
+	Decided uint64
+	// NotSent counts calls dropped before they were sent because their
+	// deadline had passed or was nearer than a round trip: they charged
+	// nothing.
+	NotSent uint64
+	// OOM counts script calls refused because Redis reached maxmemory
+	// (an OOM error: the noeviction policy), apart from other errors.
+	OOM uint64
+	// LocalFallbacks counts requests decided by the fallback store
+	// (Options.Fallback) because Redis could not answer in time or failed.
+	LocalFallbacks uint64
+	// LateCharged counts requests answered without Redis's decision (by
+	// the failure policy, or denied by the fallback store) that Redis
+	// charged anyway: they had been sent before their caller left, and
+	// the script ran. See Store.degrade for the bound.
+	LateCharged uint64
+	// WriteBackHits counts hits allowed without Redis (by the fallback
+	// store, or failed open with Options.CountFailedOpen) that were later
+	// charged to Redis; WriteBackSaturated the ones that no longer fitted
+	// in their limit when written back (the key was charged up to its
+	// limit instead); WriteBackDropped the ones lost because the
+	// write-back buffer was full; WriteBackPending the keys waiting.
+	WriteBackHits, WriteBackSaturated, WriteBackDropped uint64
+	WriteBackPending                                    int
 }
 
 // Stats returns the store's counters.
@@ -182,6 +223,16 @@ func (r *Store) Stats() Stats {
 		LocalDenials:  r.localDenials.Load(),
 		Errors:        r.errs.Load(),
 		ScriptReloads: r.reloads.Load(),
+		Decided:       r.decided.Load(),
+		NotSent:       r.notSent.Load(),
+		OOM:           r.oom.Load(),
+
+		LocalFallbacks:     r.localDecisions.Load(),
+		LateCharged:        r.lateCharged.Load(),
+		WriteBackHits:      r.wb.written.Load(),
+		WriteBackSaturated: r.wb.saturated.Load(),
+		WriteBackDropped:   r.wb.dropped.Load(),
+		WriteBackPending:   r.wb.pending(),
 	}
 }
 
@@ -243,15 +294,18 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 	}
 	c := r.newCall(ctx, items)
 	if err := r.do(c); err != nil {
-		r.errs.Add(1)
-		return false, err
+		return r.degrade(c, items, out[:n], err)
 	}
 	for i := range c.groups {
 		if err := decodeGroup(&c.groups[i], items, out); err != nil {
-			r.errs.Add(1)
-			return false, err
+			// The call ran: what it charged is in its reply, so the
+			// outcome is resolved as for a late reply.
+			c.state = abandoned
+			c.resolved, c.chargedBy = true, chargedItems(c)
+			return r.degrade(c, items, out[:n], err)
 		}
 	}
+	r.decided.Add(1)
 	if r.deny != nil {
 		r.rememberDenials(start, items, out[:n])
 	}
@@ -259,21 +313,32 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 }
 
 // do queues c for a pipeline and waits until it has run, ctx ends or the
-// store closes.
+// store closes. A caller that leaves before the call has run abandons it
+// (see call); a call that could not even be queued is resolved at once as
+// not charged.
 func (r *Store) do(c *call) error {
 	select {
 	case r.queue <- c:
 	case <-c.ctx.Done():
-		return c.ctx.Err()
+		c.state, c.resolved = abandoned, true
+		r.notSent.Add(1)
+		return fmt.Errorf("redis: not sent, the queue stayed full until the deadline: %w", c.ctx.Err())
 	case <-r.stop:
+		c.state, c.resolved = abandoned, true
 		return backend.ErrClosed
 	}
 	select {
 	case <-c.done:
 		return c.err
 	case <-c.ctx.Done():
-		return c.ctx.Err()
+		if c.abandon() {
+			return c.ctx.Err()
+		}
 	case <-r.stop:
-		return backend.ErrClosed
+		if c.abandon() {
+			return backend.ErrClosed
+		}
 	}
+	<-c.done // the worker finished as the caller was leaving
+	return c.err
 }

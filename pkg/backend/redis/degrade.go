@@ -1,0 +1,264 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// Defaults of the degraded mode.
+const (
+	// DefaultWriteBackKeys bounds the keys waiting to be written back when
+	// Options.WriteBackKeys is zero.
+	DefaultWriteBackKeys = 100_000
+	// WriteBackInterval is how often waiting write-backs are sent.
+	WriteBackInterval = 50 * time.Millisecond
+)
+
+// initDegraded checks and applies the degraded-mode options.
+func (r *Store) initDegraded(opts Options) error {
+	if opts.FallbackShare < 0 || opts.FallbackShare > 1 || math.IsNaN(opts.FallbackShare) {
+		return fmt.Errorf("redis: fallback share %v is not in (0, 1]", opts.FallbackShare)
+	}
+	if opts.WriteBackKeys < 0 {
+		return errors.New("redis: write-back keys must not be negative")
+	}
+	r.fallback = opts.Fallback
+	r.share = opts.FallbackShare
+	if r.share == 0 {
+		r.share = 1
+	}
+	r.countFailedOpen = opts.CountFailedOpen
+	max := opts.WriteBackKeys
+	if max == 0 {
+		max = DefaultWriteBackKeys
+	}
+	r.wb = &writeBack{max: max, keys: map[string]*backend.Item{}}
+	return nil
+}
+
+// degrade answers a request that Redis did not decide (err: its deadline
+// came first, Redis failed, or the reply was unusable), following the
+// degraded-mode options:
+//
+//   - With a Fallback store, the request is decided there, on each limit
+//     scaled by FallbackShare, and the hits it allows are written back to
+//     Redis later (see writeBack), unless Redis turns out to have charged
+//     them already: a call sent before its caller left may still run, and
+//     its late reply says what it charged. Nothing allowed goes uncounted.
+//   - With CountFailedOpen (the caller answers OK: failure mode allow), the
+//     hits of every item are written back the same way.
+//   - Otherwise the error is returned (the caller answers UNAVAILABLE or
+//     fails open uncounted).
+//
+// A request answered by the failure policy or denied by the fallback may
+// still be charged by Redis, when it was sent before its caller left and
+// the script ran: LateCharged counts them. At most the calls in flight
+// when their callers' deadlines passed can be so charged: no more than
+// the pool size times the batch size at any instant.
+func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision, err error) (bool, error) {
+	if errors.Is(err, backend.ErrClosed) {
+		r.errs.Add(1)
+		return false, err
+	}
+	var allowed bool
+	var count []backend.Item // what the answer allowed: to be counted in Redis
+	var idx []int            // their indices in items
+	switch {
+	case r.fallback != nil:
+		local := make([]backend.Item, len(items))
+		for i, it := range items {
+			it.Limit = scaleLimit(it.Limit, r.share)
+			local[i] = it
+		}
+		var ferr error
+		allowed, ferr = r.fallback.Apply(context.Background(), local, out)
+		if ferr != nil {
+			r.errs.Add(1)
+			return false, fmt.Errorf("%w (fallback: %v)", err, ferr)
+		}
+		r.localDecisions.Add(1)
+		if allowed {
+			for i, it := range items {
+				if it.Hits > 0 && out[i].Allowed {
+					count, idx = append(count, it), append(idx, i)
+				}
+			}
+		}
+	case r.countFailedOpen:
+		r.errs.Add(1)
+		for i, it := range items {
+			if it.Hits > 0 {
+				count, idx = append(count, it), append(idx, i)
+			}
+		}
+	default:
+		r.errs.Add(1)
+	}
+	c.onLate(func(charged []bool) {
+		if len(count) == 0 {
+			if charged != nil {
+				r.lateCharged.Add(1)
+			}
+			return
+		}
+		for k, it := range count {
+			if charged == nil || !charged[idx[k]] {
+				r.wb.add(it)
+			}
+		}
+	})
+	if r.fallback != nil {
+		return allowed, nil
+	}
+	return false, err
+}
+
+// scaleLimit returns l with its requests and burst scaled by share, each
+// at least 1 when it was positive.
+func scaleLimit(l algorithms.Limit, share float64) algorithms.Limit {
+	if share >= 1 {
+		return l
+	}
+	scale := func(n uint64) uint64 {
+		if n == 0 {
+			return 0
+		}
+		return max(uint64(math.Ceil(float64(n)*share)), 1)
+	}
+	l.Requests = scale(l.Requests)
+	l.Burst = scale(l.Burst)
+	return l
+}
+
+// writeBack holds hits allowed without Redis, per key, until they are
+// charged to Redis. It is bounded by max keys: hits of further keys are
+// dropped and counted.
+type writeBack struct {
+	mu   sync.Mutex
+	max  int
+	keys map[string]*backend.Item // hits accumulate per key
+
+	written, saturated, dropped atomic.Uint64
+}
+
+func (w *writeBack) add(it backend.Item) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e, ok := w.keys[it.Key]; ok {
+		e.Hits += it.Hits
+		e.Limit = it.Limit // the latest limit (a reload may change it)
+		return
+	}
+	if len(w.keys) >= w.max {
+		w.dropped.Add(it.Hits)
+		return
+	}
+	it.Mode, it.Group = backend.Enforced, 0
+	w.keys[it.Key] = &it
+}
+
+func (w *writeBack) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.keys)
+}
+
+// take removes up to n waiting items.
+func (w *writeBack) take(n int) []backend.Item {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []backend.Item
+	for k, it := range w.keys {
+		if len(out) == n {
+			break
+		}
+		out = append(out, *it)
+		delete(w.keys, k)
+	}
+	return out
+}
+
+// flushLoop writes waiting hits back to Redis every WriteBackInterval.
+func (r *Store) flushLoop() {
+	defer r.wg.Done()
+	t := time.NewTicker(WriteBackInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			for r.flush() {
+			}
+		}
+	}
+}
+
+// flush sends one pipeline of waiting write-backs, one script call per key
+// charging its hits. A key whose hits no longer fit is charged what still
+// fits (its limit is then saturated) and the rest is counted in
+// WriteBackSaturated. On an error the items wait for the next flush (an
+// item whose script ran but lost its reply is then charged twice: the
+// error is on the side of denying). It reports whether it sent a full
+// pipeline and more may wait.
+func (r *Store) flush() bool {
+	if r.wb.pending() == 0 {
+		return false
+	}
+	// A pipeline slot like any other, so the connections stay within the
+	// pool size.
+	select {
+	case r.sem <- struct{}{}:
+	case <-r.stop:
+		return false
+	}
+	defer func() { <-r.sem }()
+	items := r.wb.take(r.batchSize)
+	if len(items) == 0 {
+		return false
+	}
+	calls := make([]*call, len(items))
+	for i := range items {
+		calls[i] = r.newCall(context.Background(), items[i:i+1])
+	}
+	r.send(context.Background(), calls)
+	out := make([]algorithms.Decision, 1)
+	failed := false
+	for i, c := range calls {
+		it := items[i]
+		if failed {
+			r.wb.add(it)
+			continue
+		}
+		if err := decodeGroup(&c.groups[0], items[i:i+1], out); err != nil {
+			failed = true
+			r.wb.add(it)
+			continue
+		}
+		if out[0].Allowed {
+			r.wb.written.Add(it.Hits)
+			continue
+		}
+		fits := min(out[0].Remaining, it.Hits)
+		r.wb.saturated.Add(it.Hits - fits)
+		if fits > 0 {
+			it.Hits = fits
+			r.wb.add(it)
+		}
+	}
+	return !failed && len(items) == r.batchSize
+}
+
+// isOOM reports an error of a Redis at maxmemory that refuses writes.
+func isOOM(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
+}

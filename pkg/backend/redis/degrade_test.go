@@ -1,0 +1,232 @@
+package redis_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+)
+
+// used returns what Redis has counted on key for limit l (a fixed window):
+// the limit less what a check reports remaining.
+func used(t *testing.T, r *redis.Store, key string, l algorithms.Limit) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]algorithms.Decision, 1)
+	if _, err := r.Apply(ctx, []backend.Item{{Key: key, Limit: l, Hits: 0}}, out); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	return l.Requests - out[0].Remaining
+}
+
+// burst sends n calls of one hit on key concurrently, each with deadline
+// d, and returns how many were allowed and how many failed.
+func burst(r *redis.Store, key string, l algorithms.Limit, n int, d time.Duration) (allowed, failed int64) {
+	var a, f atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			ok, err := r.Apply(ctx, []backend.Item{{Key: key, Limit: l, Hits: 1}}, make([]algorithms.Decision, 1))
+			switch {
+			case err != nil:
+				f.Add(1)
+			case ok:
+				a.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return a.Load(), f.Load()
+}
+
+// frozenBurst freezes srv, sends a burst, then lets Redis run again and
+// waits until every abandoned call is resolved and every write-back sent.
+func frozenBurst(t *testing.T, srv *redistest.Server, r *redis.Store, key string, l algorithms.Limit, n int) (allowed, failed int64) {
+	t.Helper()
+	srv.Pause()
+	allowed, failed = burst(r, key, l, n, 50*time.Millisecond)
+	srv.Resume()
+	testutil.WaitFor(t, 20*time.Second, "write-backs sent", func() bool {
+		st := r.Stats()
+		return st.WriteBackPending == 0 && st.RoundTrips > 0
+	})
+	return allowed, failed
+}
+
+// settle waits until the late replies of a burst have been resolved: the
+// abandoned calls were in flight on the frozen connections, and Redis runs
+// them when it resumes. Then a write-back flush interval passes.
+func settle(t *testing.T, r *redis.Store) {
+	t.Helper()
+	var last redis.Stats
+	testutil.WaitFor(t, 20*time.Second, "late replies and write-backs settle", func() bool {
+		st := r.Stats()
+		same := st == last && st.WriteBackPending == 0
+		last = st
+		if !same {
+			time.Sleep(4 * redis.WriteBackInterval)
+		}
+		return same
+	})
+}
+
+// TestLocalFallbackCountsEveryAllowedHit: with a fallback store (failure
+// mode local), calls that a frozen Redis cannot answer in time are decided
+// locally, never failed, and once Redis runs again it has counted every
+// allowed hit exactly once: the calls it ran late, and the write-backs of
+// the others.
+func TestLocalFallbackCountsEveryAllowedHit(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	fb := memory.New()
+	defer fb.Close()
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 4, ReadTimeout: time.Minute, WriteTimeout: time.Minute, Fallback: fb})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1000, Window: time.Hour}
+
+	a1, f1 := burst(r, "k", l, 30, 10*time.Second)
+	a2, f2 := frozenBurst(t, srv, r, "k", l, 50)
+	settle(t, r)
+	st := r.Stats()
+	t.Logf("healthy: %d allowed; frozen: %d allowed locally; stats %+v", a1, a2, st)
+	if f1+f2 != 0 {
+		t.Fatalf("%d calls failed with a fallback store", f1+f2)
+	}
+	if a1 != 30 || a2 != 50 {
+		t.Fatalf("allowed %d and %d, want 30 and 50", a1, a2)
+	}
+	if st.LocalFallbacks < 50 {
+		t.Errorf("LocalFallbacks %d, want at least 50", st.LocalFallbacks)
+	}
+	if got := used(t, r, "k", l); got != uint64(a1+a2) {
+		t.Errorf("Redis counted %d hits, the calls allowed %d", got, a1+a2)
+	}
+}
+
+// TestLocalFallbackShare: each instance decides on its share of a limit
+// while Redis is away, so N instances with share 1/N together allow at
+// most the limit during an outage.
+func TestLocalFallbackShare(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	fb := memory.New()
+	defer fb.Close()
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, Fallback: fb, FallbackShare: 0.25})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 40, Window: time.Hour}
+	used(t, r, "warm", l)
+	a, f := frozenBurst(t, srv, r, "s", l, 30)
+	if f != 0 || a != 10 {
+		t.Fatalf("with share 1/4 of 40: %d allowed, %d failed; want 10 allowed", a, f)
+	}
+	settle(t, r)
+	// Calls sent before the freeze run when Redis resumes: those the
+	// fallback denied are charged too (LateCharged), the others once.
+	st := r.Stats()
+	if got := used(t, r, "s", l); got != 10+st.LateCharged {
+		t.Errorf("Redis counted %d, want the 10 allowed and %d charged late", got, st.LateCharged)
+	}
+}
+
+// TestFailOpenCounted: with CountFailedOpen (failure mode allow), the hits
+// of calls that failed are counted in Redis once it answers again: those
+// Redis ran late and the write-backs of the others, each exactly once.
+func TestFailOpenCounted(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 4, ReadTimeout: time.Minute, WriteTimeout: time.Minute, CountFailedOpen: true})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1000, Window: time.Hour}
+	a1, _ := burst(r, "k", l, 20, 10*time.Second)
+	a2, f2 := frozenBurst(t, srv, r, "k", l, 40)
+	settle(t, r)
+	if a1 != 20 || a2 != 0 || f2 != 40 {
+		t.Fatalf("healthy %d allowed; frozen %d allowed, %d failed", a1, a2, f2)
+	}
+	// The caller answered the 40 failures OK: all 60 are counted.
+	if got := used(t, r, "k", l); got != 60 {
+		t.Errorf("Redis counted %d, want 60 (20 decided, 40 failed open)", got)
+	}
+}
+
+// TestDenyModeChargesOnlyLateCalls: without a fallback (failure mode
+// deny), a refused call is charged only when it had been sent before its
+// caller left and Redis ran it late; LateCharged counts exactly those.
+func TestDenyModeChargesOnlyLateCalls(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const pool, batch = 2, 4
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: pool, BatchSize: batch, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1000, Window: time.Hour}
+	a1, _ := burst(r, "k", l, 10, 10*time.Second)
+	_, f2 := frozenBurst(t, srv, r, "k", l, 40)
+	settle(t, r)
+	st := r.Stats()
+	got := used(t, r, "k", l)
+	t.Logf("refused %d; Redis counted %d; stats %+v", f2, got, st)
+	if got != uint64(a1)+st.LateCharged {
+		t.Errorf("Redis counted %d, want %d allowed + %d charged late", got, a1, st.LateCharged)
+	}
+	if st.LateCharged > pool*batch {
+		t.Errorf("%d refused calls charged, more than the pool size times the batch size (%d)", st.LateCharged, pool*batch)
+	}
+	if st.WriteBackHits != 0 {
+		t.Errorf("deny mode wrote back %d hits", st.WriteBackHits)
+	}
+}
+
+// TestTimeoutsDoNotReconnect: calls whose deadlines pass while their
+// pipeline is in flight leave without closing its connection, so a busy
+// store keeps its connections: Redis sees no more than the pool size.
+func TestTimeoutsDoNotReconnect(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const pool = 4
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: pool})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1 << 40, Window: time.Hour}
+	info := srv.Client()
+	connections := func() int {
+		s, err := info.Info(context.Background(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`total_connections_received:(\d+)`).FindStringSubmatch(s)
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	before := connections()
+	var timeouts atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	for c := 0; c < 64; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]algorithms.Decision, 1)
+			for i := 0; time.Now().Before(deadline); i++ {
+				// Deadlines from 100µs to 3ms: many pass in flight.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(100+i%30*100)*time.Microsecond)
+				if _, err := r.Apply(ctx, []backend.Item{{Key: "busy", Limit: l, Hits: 1}}, out); err != nil {
+					timeouts.Add(1)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	got := connections() - before - 1 // the INFO client's own
+	t.Logf("%d calls timed out; %d connections made; stats %+v", timeouts.Load(), got, r.Stats())
+	if timeouts.Load() == 0 {
+		t.Fatal("no call timed out: the test did not test anything")
+	}
+	if got > pool {
+		t.Errorf("%d connections for a pool of %d: timeouts closed connections", got, pool)
+	}
+}
