@@ -51,6 +51,19 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	case rls.FailOpen:
 		ro.CountFailedOpen = true
 	}
+	// Redis's memory limit and policy, read on every new connection: a
+	// policy that evicts counters lets a flood of new keys buy back the
+	// quota of exhausted ones.
+	ro.OnServerLimits = func(l redis.ServerLimits) {
+		switch {
+		case l.EvictsCounters():
+			log.Warn("redis evicts rate limit counters under memory pressure: a flood of new keys can reset exhausted limits; use maxmemory-policy noeviction (calls then fail at maxmemory and follow --failure-mode) or no maxmemory",
+				"addr", l.Addr, "maxmemory", l.MaxMemory, "maxmemory_policy", l.Policy)
+		case l.MaxMemory > 0:
+			log.Info("redis memory limit: at maxmemory the script's writes fail (OOM) and calls follow --failure-mode",
+				"addr", l.Addr, "maxmemory", l.MaxMemory, "maxmemory_policy", l.Policy)
+		}
+	}
 	// go-redis logs connection trouble on its own; route it to our logger at
 	// debug level, since every failure that matters to a call is already
 	// counted and logged (throttled) by the service.
@@ -81,6 +94,34 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	}
 	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "pipelines", o.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.FailureMode.String())
 	registerRedisMetrics(reg, r)
+	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(r.Stats())) })
+	}
+	reg.MustRegister(
+		stat("envoy_rls_redis_not_sent_total", "Calls not sent because their deadline had passed or was nearer than a round trip (nothing charged).", func(s redis.Stats) uint64 { return s.NotSent }),
+		stat("envoy_rls_redis_oom_errors_total", "Script calls refused by Redis at maxmemory (OOM), also counted as errors.", func(s redis.Stats) uint64 { return s.OOM }),
+		stat("envoy_rls_redis_late_charged_total", "Requests answered without Redis's decision (failure mode, or denied by the local fallback) that Redis ran and charged after the caller left.", func(s redis.Stats) uint64 { return s.LateCharged }),
+		stat("envoy_rls_redis_write_back_hits_total", "Hits allowed without Redis (local fallback, or failed open) later charged to Redis.", func(s redis.Stats) uint64 { return s.WriteBackHits }),
+		stat("envoy_rls_redis_write_back_saturated_total", "Written-back hits that no longer fitted in their limit (the key was charged up to its limit).", func(s redis.Stats) uint64 { return s.WriteBackSaturated }),
+		stat("envoy_rls_redis_write_back_dropped_total", "Hits not written back because the write-back buffer was full.", func(s redis.Stats) uint64 { return s.WriteBackDropped }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis."},
+			func() float64 { return float64(r.Stats().WriteBackPending) }),
+	)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "envoy_rls_redis_evicting_servers",
+			Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.",
+		}, func() float64 {
+			n := 0
+			for _, l := range r.ServerLimits() {
+				if l.EvictsCounters() {
+					n++
+				}
+			}
+			return float64(n)
+		}),
+	)
 	path := func(p string, f func(redis.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "envoy_rls_redis_decisions_total",

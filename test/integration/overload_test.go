@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,4 +215,23 @@ func TestOverloadWithEnvoyDeadlines(t *testing.T) {
 		t.Logf("client list:\n%s", list)
 		t.Errorf("%d connections for 3 pools of %d: timeouts closed connections", made, pool)
 	}
+}
+
+// TestRedisEvictionPolicyWarning: started against a Redis whose
+// maxmemory-policy can evict counters, the service says so in its log and
+// in envoy_rls_redis_evicting_servers.
+func TestRedisEvictionPolicyWarning(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	admin := srv.Client()
+	for _, kv := range [][2]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "allkeys-lru"}} {
+		if err := admin.ConfigSet(context.Background(), kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startServe(t, nil, "--config", overloadConfig(t), "--backend", "redis", "--redis-url", srv.URL())
+	counted(t, p, "fixed_window", "x") // connects
+	waitFor(t, 10*time.Second, "the eviction warning", func() bool {
+		return strings.Contains(p.Logs(), "redis evicts rate limit counters") &&
+			labelled(t, p, `envoy_rls_redis_evicting_servers`) == 1
+	})
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -110,11 +111,16 @@ type Options struct {
 	// zero selects DefaultWriteBackKeys.
 	WriteBackKeys int
 
+	// OnServerLimits, when set, is called with a server's maxmemory and
+	// maxmemory-policy when a connection to it is made and they differ from
+	// what it said before (so at start-up, and on a reconnect after they
+	// changed). See ServerLimits.EvictsCounters.
+	OnServerLimits func(ServerLimits)
 }
 
 // newClient builds the go-redis client of opts. It returns whether it
 // is a Cluster client and the pool size asked for (0: go-redis's default).
-func newClient(opts Options) (goredis.UniversalClient, bool, int, error) {
+func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) error) (goredis.UniversalClient, bool, int, error) {
 	modes := 0
 	if len(opts.SentinelAddrs) > 0 {
 		modes++
@@ -158,6 +164,7 @@ func newClient(opts Options) (goredis.UniversalClient, bool, int, error) {
 	base.MaxRetries = -1
 	base.ContextTimeoutEnabled = true
 	base.DisableIdentity = true
+	base.OnConnect = onConnect
 
 	switch {
 	case len(opts.ClusterAddrs) > 0:
@@ -173,6 +180,7 @@ func newClient(opts Options) (goredis.UniversalClient, bool, int, error) {
 			MaxRetries:            base.MaxRetries,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
+			OnConnect:             onConnect,
 		}), true, base.PoolSize, nil
 	case len(opts.SentinelAddrs) > 0:
 		return goredis.NewFailoverClient(&goredis.FailoverOptions{
@@ -190,6 +198,7 @@ func newClient(opts Options) (goredis.UniversalClient, bool, int, error) {
 			MaxRetries:            base.MaxRetries,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
+			OnConnect:             onConnect,
 		}), false, base.PoolSize, nil
 	default:
 		return goredis.NewClient(base), false, base.PoolSize, nil

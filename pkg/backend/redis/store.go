@@ -89,7 +89,12 @@ type Store struct {
 	// evalOnly is set once the server turned out to have no functions
 	// (Redis before 7.0, or FUNCTION not allowed): EVALSHA from then on.
 	evalOnly atomic.Bool
+	watch    *limitsWatch
 }
+
+// ServerLimits returns the memory limit and policy each server reported on
+// the last connection made to it (none before the first connection).
+func (r *Store) ServerLimits() []ServerLimits { return r.watch.limits() }
 
 var _ backend.Store = (*Store)(nil)
 
@@ -113,7 +118,8 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	if opts.BatchWindow < 0 {
 		return nil, errors.New("redis: batch window must not be negative")
 	}
-	client, cluster, poolSize, err := newClient(opts)
+	watch := &limitsWatch{notify: opts.OnServerLimits, last: map[string]ServerLimits{}}
+	client, cluster, poolSize, err := newClient(opts, watch.onConnect)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +131,7 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 		window:    opts.BatchWindow,
 		batchSize: opts.BatchSize,
 		stop:      make(chan struct{}),
+		watch:     watch,
 	}
 	if r.batchSize == 0 {
 		r.batchSize = DefaultBatchSize
