@@ -165,6 +165,10 @@ func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) erro
 	base.ContextTimeoutEnabled = true
 	base.DisableIdentity = true
 	base.OnConnect = onConnect
+	// Pipelines on the main pool, not on go-redis's extra pipeline pool:
+	// the store bounds its pipelines in flight by the pool size, so the
+	// connections stay within it.
+	base.PipelinePoolSize = -1
 
 	switch {
 	case len(opts.ClusterAddrs) > 0:
@@ -199,6 +203,7 @@ func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) erro
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 			OnConnect:             onConnect,
+			PipelinePoolSize:      -1,
 		}), false, base.PoolSize, nil
 	default:
 		return goredis.NewClient(base), false, base.PoolSize, nil
