@@ -63,7 +63,7 @@ func (r *Store) initDegraded(opts Options) error {
 // still be charged by Redis, when it was sent before its caller left and
 // the script ran: LateCharged counts them. At most the calls in flight
 // when their callers' deadlines passed can be so charged: no more than
-// the pool size times the batch size at any instant.
+// the pipelines in flight times the batch size at any instant.
 func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision, err error) (bool, error) {
 	if errors.Is(err, backend.ErrClosed) {
 		r.errs.Add(1)
@@ -215,7 +215,7 @@ func (r *Store) flush() bool {
 		return false
 	}
 	// A pipeline slot like any other, so the connections stay within the
-	// pool size.
+	// pipelines in flight.
 	select {
 	case r.sem <- struct{}{}:
 	case <-r.stop:

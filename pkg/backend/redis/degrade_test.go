@@ -163,8 +163,8 @@ func TestFailOpenCounted(t *testing.T) {
 // caller left and Redis ran it late; LateCharged counts exactly those.
 func TestDenyModeChargesOnlyLateCalls(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	const pool, batch = 2, 4
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: pool, BatchSize: batch, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	const pipelines, batch = 2, 4
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 4, Pipelines: pipelines, BatchSize: batch, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1000, Window: time.Hour}
 	a1, _ := burst(r, "k", l, 10, 10*time.Second)
 	_, f2 := frozenBurst(t, srv, r, "k", l, 40)
@@ -175,8 +175,8 @@ func TestDenyModeChargesOnlyLateCalls(t *testing.T) {
 	if got != uint64(a1)+st.LateCharged {
 		t.Errorf("Redis counted %d, want %d allowed + %d charged late", got, a1, st.LateCharged)
 	}
-	if st.LateCharged > pool*batch {
-		t.Errorf("%d refused calls charged, more than the pool size times the batch size (%d)", st.LateCharged, pool*batch)
+	if st.LateCharged > pipelines*batch {
+		t.Errorf("%d refused calls charged, more than the pipelines in flight times the batch size (%d)", st.LateCharged, pipelines*batch)
 	}
 	if st.WriteBackHits != 0 {
 		t.Errorf("deny mode wrote back %d hits", st.WriteBackHits)
