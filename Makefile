@@ -4,12 +4,17 @@ STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: run test test-short lint vet bench bench-go build
 
-# Run the service on the embedded store with the example config.
-run:
-	$(GO) run ./cmd/envoy-rls serve --config examples/ratelimit.yaml
+# Run the service on the embedded store with the example config. The ports
+# are ENVOY_RLS_GRPC_ADDR and ENVOY_RLS_HTTP_ADDR (default :8081 and :8080).
+run: build
+	./bin/envoy-rls serve --config examples/ratelimit.yaml
 
+# -v lists the packages as they compile, so a first build (minutes) is not
+# silent; -buildvcs=auto records the git commit for `envoy-rls version`
+# even where GOFLAGS turns it off.
 build:
-	$(GO) build -o bin/envoy-rls ./cmd/envoy-rls
+	@echo "building bin/envoy-rls (the first build downloads modules and compiles for several minutes)"
+	$(GO) build -v -buildvcs=auto -o bin/envoy-rls ./cmd/envoy-rls
 
 # Everything CI checks: formatting, vet, staticcheck, and every test under -race,
 # including deploy/, a module of its own (the Dockerfile, compose file,

@@ -2,11 +2,9 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -64,6 +62,13 @@ type options struct {
 	RedisTLSKeyFile            string
 	RedisTLSServerName         string
 	RedisTLSInsecureSkipVerify bool
+
+	BackendFailureLogInterval time.Duration
+
+	// cmd is the parsed command line, for messages naming where a value
+	// came from; BackendFrom names what selected the backend.
+	cmd         *command
+	BackendFrom string
 }
 
 // envName is the environment variable of a flag.
@@ -71,60 +76,23 @@ func envName(flagName string) string {
 	return "ENVOY_RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// newFlagSet returns a flag set whose usage names each flag's environment
-// variable.
-func newFlagSet(name string, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage of envoy-rls %s:\n", name)
-		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(out, "  --%s (env %s, default %q)\n    \t%s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
-		})
-	}
-	return fs
-}
+// serveSynopsis is the usage line of serve.
+const serveSynopsis = "  envoy-rls serve --config PATH [flags]\n  envoy-rls serve --config-xds HOST:PORT [flags]\n  envoy-rls            (no arguments: the reference server's environment)"
 
-// parseWithEnv applies environment variables to every flag not given on the
-// command line, then parses args.
-func parseWithEnv(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		// The flag package names flags with one dash; this command's
-		// documentation and messages use two.
-		return errors.New(strings.Replace(err.Error(), " flag -", " flag --", 1))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
-			return
-		}
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
-			}
-		}
-	})
-	return errors.Join(errs...)
-}
-
+// parseServe parses serve's flags and environment. On -h it writes the
+// usage to out and returns errHelp.
 func parseServe(args []string, out io.Writer) (options, error) {
 	var o options
-	fs := newFlagSet("serve", out)
+	c := newCommand("serve", serveSynopsis, true)
+	o.cmd = c
+	fs := c.fs
 	fs.StringVar(&o.Config, "config", "", "descriptor config: a YAML file or a directory of them (required)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.TextVar(&o.LogLevel, "log-level", logLevel(slog.LevelInfo), "debug, info, warn or error")
 	fs.TextVar(&o.LogFormat, "log-format", logFormat("text"), "text or json")
-	fs.TextVar(&o.Backend, "backend", backendKind("memory"), "memory (embedded, bounded) or redis")
+	fs.TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
 	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
 	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailLocal, "when Redis fails or cannot answer in time: local (decide on an embedded store, write the allowed hits back later), allow (answer OK, write the hits back later) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
 	fs.Float64Var(&o.LocalShare, "local-share", 1, "failure mode local: the share of each limit an instance allows on its own while Redis is away, in (0, 1] (1/N for N instances bounds the outage to the limit)")
@@ -158,21 +126,26 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.RedisTLSKeyFile, "redis-tls-key-file", "", "PEM private key of --redis-tls-cert-file")
 	fs.StringVar(&o.RedisTLSServerName, "redis-tls-server-name", "", "name verified in the Redis servers' certificates (default: the --redis-url host, else each dialed host); turns TLS on")
 	fs.BoolVar(&o.RedisTLSInsecureSkipVerify, "redis-tls-insecure-skip-verify", false, "do not verify the Redis servers' certificates (for testing only); turns TLS on")
+	fs.DurationVar(&o.BackendFailureLogInterval, "backend-failure-log-interval", 10*time.Second, "while backend calls keep failing, one log line per interval counts them and names their causes")
 	addXDSFlags(fs, &o.xdsOptions)
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := c.parse(args); err != nil {
+		if errors.Is(err, errHelp) {
+			c.usage(out)
+		}
 		return o, err
 	}
 	if err := applyReference(fs, &o, lookupEnv); err != nil {
 		return o, err
 	}
-	return o, o.validate()
+	err := o.validate() // settles o.Backend
+	return o, err
 }
 
 // validate checks the options together.
-func (o options) validate() error {
+func (o *options) validate() error {
 	var errs []error
 	if o.Config == "" && o.ConfigXDS == "" {
-		errs = append(errs, errors.New("--config or --config-xds is required (or ENVOY_RLS_CONFIG, or the reference server's environment)"))
+		errs = append(errs, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG; --config-xds takes the config from a control plane)"))
 	}
 	errs = append(errs, o.validateXDS()...)
 	if o.GRPCAddr == "" {
@@ -207,7 +180,13 @@ func (o options) validate() error {
 		errs = append(errs, fmt.Errorf("--local-share %v: want a share in (0, 1]", o.LocalShare))
 	}
 	if o.BackendTimeout < 0 {
-		errs = append(errs, errors.New("--backend-timeout must not be negative"))
+		errs = append(errs, fmt.Errorf("%s: must not be negative", o.cmd.value("backend-timeout", o.BackendTimeout.String())))
+	}
+	if o.BackendFailureLogInterval <= 0 {
+		errs = append(errs, fmt.Errorf("%s: must be positive", o.cmd.value("backend-failure-log-interval", o.BackendFailureLogInterval.String())))
+	}
+	if err := o.selectBackend(); err != nil {
+		return errors.Join(append(errs, err)...) // the rest depends on the backend
 	}
 	switch o.Backend {
 	case "memory":
@@ -238,15 +217,20 @@ func (o options) validate() error {
 	return errors.Join(errs...)
 }
 
+// parseCheck parses check-config's flags. On -h it writes the usage to out
+// and returns errHelp.
 func parseCheck(args []string, out io.Writer) (string, error) {
 	var path string
-	fs := newFlagSet("check-config", out)
-	fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
-	if err := parseWithEnv(fs, args); err != nil {
+	c := newCommand("check-config", "  envoy-rls check-config --config PATH\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0).", true)
+	c.fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	if err := c.parse(args); err != nil {
+		if errors.Is(err, errHelp) {
+			c.usage(out)
+		}
 		return "", err
 	}
 	if path == "" {
-		return "", errors.New("--config is required (or ENVOY_RLS_CONFIG)")
+		return "", errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG)")
 	}
 	return path, nil
 }
@@ -259,7 +243,13 @@ func (l logLevel) MarshalText() ([]byte, error) {
 	return []byte(strings.ToLower(slog.Level(l).String())), nil
 }
 
-func (l *logLevel) UnmarshalText(b []byte) error { return (*slog.Level)(l).UnmarshalText(b) }
+func (l *logLevel) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "debug", "info", "warn", "error", "DEBUG", "INFO", "WARN", "ERROR":
+		return (*slog.Level)(l).UnmarshalText(b)
+	}
+	return errors.New("want debug, info, warn or error")
+}
 
 // logFormat is --log-format: text or json.
 type logFormat string

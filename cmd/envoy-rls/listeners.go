@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -162,42 +160,5 @@ func logReference(o options, log *slog.Logger) {
 			}
 		}
 		log.Debug("reference setting", "flag", "--"+s.Flag, "value", v, "from", s.From)
-	}
-}
-
-// pinger is a backend that can tell whether it is reachable.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// waitBackend sets ready once the store answers a ping, retrying with a
-// growing pause (100 ms to 2 s); a store that cannot ping is ready at once.
-func waitBackend(ctx context.Context, store any, ready *atomic.Bool, log *slog.Logger) {
-	p, ok := store.(pinger)
-	if !ok {
-		ready.Store(true)
-		return
-	}
-	wait := 100 * time.Millisecond
-	for first := true; ; first = false {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := p.Ping(pctx)
-		cancel()
-		if err == nil {
-			ready.Store(true)
-			if !first {
-				log.Info("backend reachable; /healthcheck reports healthy")
-			}
-			return
-		}
-		if first {
-			log.Warn("backend not reachable yet; /healthcheck reports unhealthy until it is", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
 	}
 }

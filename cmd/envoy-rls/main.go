@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
@@ -35,8 +37,12 @@ Usage:
 Run "envoy-rls serve -h" for every flag and its environment variable.
 `
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=...". When
+// it is empty, `envoy-rls version` shows the module version Go recorded.
+var version = ""
+
+// commands are the subcommands, for suggestions.
+var commands = []string{"serve", "check-config", "version", "help"}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -44,15 +50,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// arguments, configured by its environment (see refenv).
 		args = []string{"serve"}
 	}
+	// fail prints err (one line per error) and where the help is.
+	fail := func(cmd string, err error) int {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "envoy-rls %s: %s\n", cmd, line)
+		}
+		fmt.Fprintf(stderr, "Run \"envoy-rls %s -h\" for usage.\n", cmd)
+		return 2
+	}
 	switch args[0] {
 	case "serve":
-		o, err := parseServe(args[1:], stderr)
+		o, err := parseServe(args[1:], stdout)
+		if errors.Is(err, errHelp) {
+			return 0
+		}
 		if err != nil {
-			if errors.Is(err, errHelp) {
-				return 0
-			}
-			fmt.Fprintln(stderr, "envoy-rls:", err)
-			return 2
+			return fail("serve", err)
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -62,23 +75,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "check-config":
-		path, err := parseCheck(args[1:], stderr)
+		path, err := parseCheck(args[1:], stdout)
+		if errors.Is(err, errHelp) {
+			return 0
+		}
 		if err != nil {
-			if errors.Is(err, errHelp) {
-				return 0
-			}
-			fmt.Fprintln(stderr, "envoy-rls:", err)
-			return 2
+			return fail("check-config", err)
 		}
 		return checkConfig(path, stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "envoy-rls", version)
+		c := newCommand("version", "  envoy-rls version\n\nPrints the version of this binary: the one set with -ldflags \"-X main.version=...\" or\nrecorded by Go, the git commit it was built from, and the Go version.", false)
+		if err := c.parse(args[1:]); errors.Is(err, errHelp) {
+			c.usage(stdout)
+			return 0
+		} else if err != nil {
+			return fail("version", err)
+		}
+		info, _ := debug.ReadBuildInfo()
+		fmt.Fprintln(stdout, versionLine(version, info))
 		return 0
 	case "-h", "--help", "-help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "envoy-rls: unknown command %q\n\n%s", args[0], usage)
+	hint := ""
+	for _, c := range commands {
+		if editDistance(args[0], c) <= 2 {
+			hint = " (did you mean " + c + "?)"
+			break
+		}
+	}
+	fmt.Fprintf(stderr, "envoy-rls: unknown command %q%s\nRun \"envoy-rls -h\" for usage.\n", args[0], hint)
 	return 2
 }
 

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,14 +70,12 @@ type server struct {
 	httpSrv *http.Server
 	extra   *sideListeners
 
-	// shuttingDown turns GET /healthz to 503 as soon as shutdown begins,
-	// while calls in flight finish.
-	shuttingDown atomic.Bool
-	// backendReady turns true once the backend has answered (at once for
-	// the memory store); /healthcheck reports unhealthy until then, as
-	// the reference does until its first Redis PING succeeds.
-	backendReady atomic.Bool
-	stopReady    context.CancelFunc
+	// ready is what /healthz, /healthcheck and gRPC health report: not
+	// ready until the backend answered once (at once for the memory store;
+	// the reference's /healthcheck waits for its first Redis PING too),
+	// nor from shutdown on.
+	ready     *readiness
+	stopReady func() // stops the readiness check and waits for it
 }
 
 // build loads the config (or, with --config-xds, starts the xDS client and
@@ -131,9 +128,6 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if s.store, err = newStore(o, s.reg, log); err != nil {
 		return s, err
 	}
-	var readyCtx context.Context
-	readyCtx, s.stopReady = context.WithCancel(context.Background())
-	go waitBackend(readyCtx, s.store, &s.backendReady, log)
 	s.svc = rls.New(s.store, cfg, rls.Options{
 		FailureMode:     o.FailureMode,
 		BackendTimeout:  o.BackendTimeout,
@@ -145,6 +139,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		Propagator:      s.tracing.Propagator,
 		Logger:          log,
 		Metrics:         s.metrics,
+		LogInterval:     o.BackendFailureLogInterval,
 	})
 
 	if o.ConfigXDS != "" {
@@ -179,21 +174,31 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		return s, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
+	s.ready = newReadiness(s.store, s.health)
+	rctx, cancel := context.WithCancel(context.Background())
+	readyDone := make(chan struct{})
+	go func() {
+		defer close(readyDone)
+		s.ready.watch(rctx, s.store, log, max(o.RedisDialTimeout, time.Second), o.BackendFailureLogInterval)
+	}()
+	s.stopReady = func() { cancel(); <-readyDone }
 
 	if o.HTTPAddr != "" {
 		if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
 			return s, fmt.Errorf("HTTP listener: %w", err)
 		}
 		mux := http.NewServeMux()
+		// 503 with the reason until the backend answered once, and from
+		// shutdown on while calls in flight finish.
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if !s.shuttingDown.Load() {
-				fmt.Fprintln(w, "OK")
+			if ok, why := s.ready.status(); !ok {
+				http.Error(w, why, http.StatusServiceUnavailable)
 				return
 			}
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "OK")
 		})
 		mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
-			if s.shuttingDown.Load() || !s.backendReady.Load() || (o.HealthRequiresConfig && len(s.svc.Config().Domains()) == 0) {
+			if ok, _ := s.ready.status(); !ok || (o.HealthRequiresConfig && len(s.svc.Config().Domains()) == 0) {
 				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
@@ -289,7 +294,7 @@ func (s *server) run(ctx context.Context) error {
 	if o.ConfigXDS != "" {
 		source = "xds://" + o.ConfigXDS
 	}
-	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "config", source, "domains", len(s.svc.Config().Domains()), "grpc_tls", o.GRPCTLSCert != ""}
+	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "backend_selected_by", o.BackendFrom, "config", source, "domains", len(s.svc.Config().Domains()), "grpc_tls", o.GRPCTLSCert != ""}
 	attrs = append(attrs, s.extra.attrs...)
 	if httpLis != nil {
 		attrs = append(attrs, "http", httpLis.Addr().String())
@@ -309,7 +314,8 @@ func (s *server) run(ctx context.Context) error {
 // within --shutdown-grace; a second SIGINT or SIGTERM exits at once.
 func (s *server) shutdown() {
 	log := s.log
-	log.Info("shutting down")
+	start := time.Now()
+	log.Info("shutting down", "grace", s.o.ShutdownGrace.String())
 	force := make(chan os.Signal, 1)
 	signal.Notify(force, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(force)
@@ -319,23 +325,31 @@ func (s *server) shutdown() {
 			os.Exit(1)
 		}
 	}()
-	s.health.Shutdown() // every service NOT_SERVING
-	s.shuttingDown.Store(true)
+	s.ready.stop() // every gRPC health service NOT_SERVING, /healthz 503
 	// One grace period for both servers. The HTTP server keeps answering
 	// (/healthz with 503) while gRPC drains, then drains in what is left.
 	sctx, cancel := context.WithTimeout(context.Background(), s.o.ShutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
 	go func() { s.grpcSrv.GracefulStop(); close(done) }()
+	cut := false
 	select {
 	case <-done:
 	case <-sctx.Done():
 		s.grpcSrv.Stop()
+		cut = true
 	}
 	if s.httpSrv != nil && s.httpSrv.Shutdown(sctx) != nil {
 		s.httpSrv.Close()
+		cut = true
 	}
 	s.extra.shutdown(sctx)
+	took := time.Since(start).Round(time.Millisecond).String()
+	if cut {
+		log.Warn("shutdown complete; calls still in flight after --shutdown-grace were cut off", "took", took)
+		return
+	}
+	log.Info("shutdown complete", "took", took)
 }
 
 // registerMetrics registers the service's metrics, build info and the Go

@@ -86,8 +86,21 @@ func (p *proc) Logs() string {
 }
 
 // startServe runs `envoy-rls serve` with args (plus listen addresses on free
-// ports) and env, and waits until /healthz answers.
+// ports) and env, and waits until /healthz answers 200.
 func startServe(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	return startServeHealth(t, 200, env, args...)
+}
+
+// startServeUnready is startServe for a service that is expected not to be
+// healthy yet (its Redis never answered): it waits until /healthz answers
+// 503.
+func startServeUnready(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	return startServeHealth(t, 503, env, args...)
+}
+
+func startServeHealth(t *testing.T, health int, env []string, args ...string) *proc {
 	t.Helper()
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -120,7 +133,7 @@ func startServe(t *testing.T, env []string, args ...string) *proc {
 			t.Logf("envoy-rls log:\n%s", p.Logs())
 		}
 	})
-	waitFor(t, 20*time.Second, "envoy-rls /healthz", func() bool {
+	waitFor(t, 20*time.Second, fmt.Sprintf("envoy-rls /healthz %d", health), func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("envoy-rls exited early:\n%s", p.Logs())
@@ -131,7 +144,7 @@ func startServe(t *testing.T, env []string, args ...string) *proc {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == health
 	})
 	p.conn, err = grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

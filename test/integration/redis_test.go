@@ -254,7 +254,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	srv.Stop()
 	cfg := filepath.Join(t.TempDir(), "exact.yaml")
 	writeFile(t, cfg, exactYAML)
-	p := startServe(t, nil, "--config", cfg, "--backend", "redis", "--redis-url", srv.URL(), "--failure-mode", "deny", "--backend-timeout", "50ms")
+	p := startServeUnready(t, nil, "--config", cfg, "--backend", "redis", "--redis-url", srv.URL(), "--failure-mode", "deny", "--backend-timeout", "50ms")
 	req := &rlsv3.RateLimitRequest{Domain: "exact", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("fixed_window", "x")}}
 	_, err := p.client().ShouldRateLimit(ctxT(t), req)
 	if status.Code(err) != codes.Unavailable {

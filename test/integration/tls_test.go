@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"io"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -67,7 +68,7 @@ func TestRedisTLSWithoutClientCertificate(t *testing.T) {
 	srv, files := redistest.StartTLS(t)
 	cfg := filepath.Join(t.TempDir(), "tls.yaml")
 	writeFile(t, cfg, tlsYAML)
-	p := startServe(t, nil, "--config", cfg, "--backend", "redis", "--backend-timeout", "500ms", "--failure-mode", "deny",
+	p := startServeUnready(t, nil, "--config", cfg, "--backend", "redis", "--backend-timeout", "500ms", "--failure-mode", "deny",
 		"--redis-url", srv.URL(), "--redis-tls-ca-file", files.CA)
 	for i := 0; i < 3; i++ {
 		_, err := p.client().ShouldRateLimit(ctxT(t), &rlsv3.RateLimitRequest{
@@ -88,13 +89,17 @@ func TestRedisTLSWithoutClientCertificate(t *testing.T) {
 	if n, _ := strconv.Atoi(m[1]); n < 3 {
 		t.Errorf("envoy_rls_redis_errors_total %s, want at least 3", m[1])
 	}
-	resp, err := httpClient.Get(p.httpURL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
+	// Redis has never answered: not healthy, and /healthz says why (the
+	// process still serves by its failure mode).
+	body, code := "", 0
+	if resp, err := httpClient.Get(p.httpURL + "/healthz"); err == nil {
+		var b strings.Builder
+		io.Copy(&b, resp.Body)
+		resp.Body.Close()
+		body, code = b.String(), resp.StatusCode
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("/healthz %d while Redis refuses the client, want 200 (the process serves by its failure mode)", resp.StatusCode)
+	if code != 503 || !strings.HasPrefix(body, "redis not reachable yet: ") {
+		t.Errorf("/healthz %d %q while Redis refuses the client, want 503 with the reason", code, body)
 	}
 	select {
 	case <-p.exited:

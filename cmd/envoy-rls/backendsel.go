@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The flags that name Redis servers: any of them selects the redis backend
+// when --backend is not given.
+var redisAddrFlags = []string{"redis-url", "redis-sentinel", "redis-cluster"}
+
+// Flags that only the redis backend reads, and only the memory backend.
+var (
+	redisOnlyFlags = []string{"redis-sentinel-master", "redis-sentinel-password", "redis-pool-size",
+		"redis-dial-timeout", "redis-read-timeout", "redis-write-timeout", "redis-batch-window",
+		"redis-batch-size", "local-deny-cache", "key-prefix", "redis-tls-ca-file", "redis-tls-cert-file",
+		"redis-tls-key-file", "redis-tls-server-name", "redis-tls-insecure-skip-verify"}
+	memoryOnlyFlags = []string{"max-keys"}
+)
+
+// selectBackend settles --backend: without it, a Redis address selects
+// redis and nothing selects memory. A flag that the selected backend does
+// not read is an error rather than silently ignored, and so is --backend
+// memory with a Redis address. It also reads a reference-style host:port
+// --redis-url.
+func (o *options) selectBackend() error {
+	c := o.cmd
+	addr := ""
+	for _, f := range redisAddrFlags {
+		if c.given(f) {
+			addr = f
+			break
+		}
+	}
+	switch o.Backend {
+	case "":
+		o.Backend, o.BackendFrom = "memory", "default"
+		if addr != "" {
+			o.Backend, o.BackendFrom = "redis", c.source(addr)
+		}
+	case "memory":
+		o.BackendFrom = c.source("backend")
+		if addr != "" {
+			return fmt.Errorf("%s needs the redis backend, but %s is \"memory\": drop --backend (then --%s selects Redis) or drop --%s",
+				c.source(addr), c.source("backend"), addr, addr)
+		}
+	default:
+		o.BackendFrom = c.source("backend")
+	}
+	switch o.Backend {
+	case "memory":
+		for _, f := range redisOnlyFlags {
+			if c.given(f) {
+				return fmt.Errorf("%s applies to the redis backend, which needs --redis-url, --redis-sentinel or --redis-cluster", c.source(f))
+			}
+		}
+	case "redis":
+		for _, f := range memoryOnlyFlags {
+			if c.given(f) {
+				return fmt.Errorf("%s applies to the memory backend; the backend is redis (selected by %s)", c.source(f), o.BackendFrom)
+			}
+		}
+	}
+	o.RedisURL = redisURL(o.RedisURL)
+	return nil
+}
+
+// redisURL reads --redis-url as the reference server reads REDIS_URL too:
+// host:port (no scheme) is redis://host:port, and a path is a Unix socket.
+// A URL with a scheme is left as it is.
+func redisURL(s string) string {
+	switch {
+	case s == "" || strings.Contains(s, "://"):
+		return s
+	case strings.HasPrefix(s, "/"):
+		return "unix://" + s
+	}
+	return "redis://" + s
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// command parses the flags of one subcommand and their environment
+// variables, with messages that say what to do: flags are spelled --name,
+// a bad value names the format wanted and where the value came from (the
+// flag or its variable), and an unknown flag suggests the nearest one.
+// Help goes to the caller's stdout, errors to stderr with a one-line hint
+// instead of the full flag list.
+type command struct {
+	name     string // "serve"
+	synopsis string // usage line(s) after "Usage:"
+	fs       *flag.FlagSet
+	// env is whether the flags can also be set with ENVOY_RLS_* variables.
+	env bool
+	// from records where each flag given was set: "--name" or the
+	// variable's name.
+	from map[string]string
+	// bad is the last value a flag refused, for the error message.
+	bad *valueError
+}
+
+// newCommand returns a command whose flag set is ready for definitions.
+func newCommand(name, synopsis string, env bool) *command {
+	c := &command{name: name, synopsis: synopsis, env: env, from: map[string]string{}}
+	c.fs = flag.NewFlagSet(name, flag.ContinueOnError)
+	// The flag package's own messages spell flags with one dash and print
+	// every flag after any mistake: it stays quiet, parse() speaks.
+	c.fs.SetOutput(io.Discard)
+	c.fs.Usage = func() {}
+	return c
+}
+
+// valueError is a value a flag refused.
+type valueError struct {
+	name, value, source string
+	kind                any // the flag's Get() value before the failed Set
+	err                 error
+}
+
+func (e *valueError) Error() string {
+	if strings.HasPrefix(e.source, "--") {
+		return fmt.Sprintf("%s %q: %s", e.source, e.value, wantFormat(e.kind, e.err))
+	}
+	return fmt.Sprintf("%s=%q (--%s): %s", e.source, e.value, e.name, wantFormat(e.kind, e.err))
+}
+
+// wantFormat says what a value of a flag of this kind must look like.
+func wantFormat(kind any, err error) string {
+	switch kind.(type) {
+	case time.Duration:
+		return "want a Go duration such as 250ms, 1.5s or 2m (a number with a unit: ns, us, ms, s, m, h)"
+	case bool:
+		return "want true or false"
+	case int, int64, uint, uint64:
+		if strings.Contains(err.Error(), "range") {
+			return "out of range"
+		}
+		return "want a whole number"
+	case float64:
+		return "want a number"
+	}
+	return err.Error()
+}
+
+// checkedValue records the value its flag refuses.
+type checkedValue struct {
+	flag.Value
+	name string
+	c    *command
+	// source is where the value being set comes from.
+	source string
+}
+
+func (v *checkedValue) Set(s string) error {
+	var kind any
+	if g, ok := v.Value.(flag.Getter); ok {
+		kind = g.Get()
+	}
+	if err := v.Value.Set(s); err != nil {
+		v.c.bad = &valueError{name: v.name, value: s, source: v.source, kind: kind, err: err}
+		return err
+	}
+	v.c.from[v.name] = v.source
+	return nil
+}
+
+func (v *checkedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func (v *checkedValue) Get() any {
+	if g, ok := v.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return v.Value.String()
+}
+
+// parse parses args and then, for every flag not given, its environment
+// variable. It returns errHelp for -h/--help.
+func (c *command) parse(args []string) error {
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(*checkedValue); !ok {
+			f.Value = &checkedValue{Value: f.Value, name: f.Name, c: c, source: "--" + f.Name}
+		}
+	})
+	if err := c.fs.Parse(args); err != nil {
+		return c.flagError(err)
+	}
+	if c.fs.NArg() > 0 {
+		arg := c.fs.Arg(0)
+		if c.fs.Lookup("config") != nil && c.from["config"] == "" && !strings.HasPrefix(arg, "-") {
+			return fmt.Errorf("unexpected argument %q (did you mean --config %s?)", arg, arg)
+		}
+		return fmt.Errorf("unexpected argument %q (flags go before it, spelled --name)", arg)
+	}
+	if !c.env {
+		return nil
+	}
+	var errs []error
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if c.from[f.Name] != "" {
+			return
+		}
+		name := envName(f.Name)
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		cv := f.Value.(*checkedValue)
+		cv.source = name
+		// Through the flag set, so that it counts the flag as set.
+		if err := c.fs.Set(f.Name, v); err != nil {
+			errs = append(errs, c.bad)
+		}
+		cv.source = "--" + f.Name
+	})
+	return errors.Join(errs...)
+}
+
+// flagError rewrites an error of the flag package.
+func (c *command) flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return errHelp
+	}
+	msg := err.Error()
+	if c.bad != nil && strings.HasPrefix(msg, "invalid ") {
+		return c.bad
+	}
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		if near := c.nearest(name); near != "" {
+			return fmt.Errorf("unknown flag --%s (did you mean --%s?)", name, near)
+		}
+		return fmt.Errorf("unknown flag --%s", name)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return fmt.Errorf("--%s needs a value", strings.TrimLeft(name, "-"))
+	}
+	return err
+}
+
+// nearest returns the defined flag closest to name (a prefix of it, or at
+// most two edits away), or "".
+func (c *command) nearest(name string) string {
+	best, bestDist := "", 3
+	c.fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if strings.HasPrefix(f.Name, name) && len(name) >= 3 {
+			d = min(d, 1)
+		}
+		if d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// source returns how to name a flag in a message: "--name", or its
+// variable when the value came from the environment.
+func (c *command) source(name string) string {
+	if s := c.from[name]; s != "" && s != "--"+name {
+		return s + " (--" + name + ")"
+	}
+	return "--" + name
+}
+
+// value names a flag's value in a message: `--name "v"`, or
+// `VARIABLE="v" (--name)` when it came from the environment.
+func (c *command) value(name, v string) string {
+	if s := c.from[name]; s != "" && s != "--"+name {
+		return fmt.Sprintf("%s=%q (--%s)", s, v, name)
+	}
+	return fmt.Sprintf("--%s %q", name, v)
+}
+
+// given reports whether a flag was set, on the command line or in the
+// environment.
+func (c *command) given(name string) bool { return c.from[name] != "" }
+
+// hint is the line printed after an error instead of the flag list.
+func (c *command) hint() string {
+	return fmt.Sprintf("Run \"envoy-rls %s -h\" for usage.", c.name)
+}
+
+// usage writes the full help: the synopsis and every flag with its
+// variable and default.
+func (c *command) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage:\n%s\n", c.synopsis)
+	var flags []*flag.Flag
+	c.fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f) })
+	if len(flags) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	for _, f := range flags {
+		line := "  --" + f.Name
+		if c.env {
+			line += " (env " + envName(f.Name) + ")"
+		}
+		if f.DefValue != "" {
+			line += ", default " + strconv.Quote(f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", line, f.Usage)
+	}
+}
