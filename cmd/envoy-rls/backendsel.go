@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"strings"
 )
@@ -9,14 +10,20 @@ import (
 // when --backend is not given.
 var redisAddrFlags = []string{"redis-url", "redis-sentinel", "redis-cluster"}
 
-// Flags that only the redis backend reads, and only the memory backend.
-var (
-	redisOnlyFlags = []string{"redis-sentinel-master", "redis-sentinel-password", "redis-pool-size",
-		"redis-dial-timeout", "redis-read-timeout", "redis-write-timeout", "redis-batch-window",
-		"redis-batch-size", "local-deny-cache", "key-prefix", "redis-tls-ca-file", "redis-tls-cert-file",
-		"redis-tls-key-file", "redis-tls-server-name", "redis-tls-insecure-skip-verify"}
-	memoryOnlyFlags = []string{"max-keys"}
-)
+// Flags that only the memory backend reads; the redis backend alone reads
+// every other --redis-* flag, --key-prefix and --local-deny-cache.
+var memoryOnlyFlags = []string{"max-keys"}
+
+// redisOnly reports whether only the redis backend reads flag name.
+func redisOnly(name string) bool {
+	switch name {
+	case "redis-url", "redis-sentinel", "redis-cluster":
+		return false
+	case "key-prefix", "local-deny-cache":
+		return true
+	}
+	return strings.HasPrefix(name, "redis-")
+}
 
 // selectBackend settles --backend: without it, a Redis address selects
 // redis and nothing selects memory. A flag that the selected backend does
@@ -49,10 +56,14 @@ func (o *options) selectBackend() error {
 	}
 	switch o.Backend {
 	case "memory":
-		for _, f := range redisOnlyFlags {
-			if c.given(f) {
-				return fmt.Errorf("%s applies to the redis backend, which needs --redis-url, --redis-sentinel or --redis-cluster", c.source(f))
+		var err error
+		c.fs.VisitAll(func(f *flag.Flag) {
+			if err == nil && redisOnly(f.Name) && c.given(f.Name) {
+				err = fmt.Errorf("%s applies to the redis backend, which needs --redis-url, --redis-sentinel or --redis-cluster", c.source(f.Name))
 			}
+		})
+		if err != nil {
+			return err
 		}
 	case "redis":
 		for _, f := range memoryOnlyFlags {
