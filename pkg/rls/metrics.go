@@ -125,30 +125,45 @@ func RegisterBuildInfo(reg prometheus.Registerer, version string) {
 	reg.MustRegister(g)
 }
 
-// limit records one limit's decision, in hits. label is the rule label;
-// detailed reports that it holds request values and goes through the series
-// cap. Under global shadow mode an enforced denial counts as a shadow one.
-func (m *Metrics) limit(domain, label string, detailed bool, it *backend.Item, d *algorithms.Decision, nearRatio float64, globalShadow bool) {
+// ruleCounters are one rule's series.
+type ruleCounters struct{ hits, within, over, near, shadow prometheus.Counter }
+
+// counters returns the series of rule label in domain, creating them (at 0)
+// when new. detailed labels hold request values and go through the series
+// cap first.
+func (m *Metrics) counters(domain, label string, detailed bool) *ruleCounters {
 	if detailed {
 		label = m.ruleCap.Value(domain + "\x00" + label)
 		if label != cardinality.Overflow {
 			label = label[len(domain)+len("\x00"):]
 		}
 	}
+	return &ruleCounters{
+		hits:   m.ruleHits.WithLabelValues(domain, label),
+		within: m.ruleWithin.WithLabelValues(domain, label),
+		over:   m.ruleOver.WithLabelValues(domain, label),
+		near:   m.ruleNear.WithLabelValues(domain, label),
+		shadow: m.ruleShadow.WithLabelValues(domain, label),
+	}
+}
+
+// limit records one limit's decision in its rule's series, in hits. Under
+// global shadow mode an enforced denial counts as a shadow one.
+func (c *ruleCounters) limit(it *backend.Item, d *algorithms.Decision, nearRatio float64, globalShadow bool) {
 	hits := float64(it.Hits)
-	m.ruleHits.WithLabelValues(domain, label).Add(hits)
+	c.hits.Add(hits)
 	switch {
 	case d.Allowed:
-		m.ruleWithin.WithLabelValues(domain, label).Add(hits)
+		c.within.Add(hits)
 		capacity := d.Limit
 		threshold := uint64(float64(capacity) * nearRatio)
 		if used := capacity - min(d.Remaining, capacity); used > threshold && it.Hits > 0 {
-			m.ruleNear.WithLabelValues(domain, label).Add(float64(min(it.Hits, used-threshold)))
+			c.near.Add(float64(min(it.Hits, used-threshold)))
 		}
 	case it.Mode == backend.Shadow || globalShadow:
-		m.ruleShadow.WithLabelValues(domain, label).Add(hits)
+		c.shadow.Add(hits)
 	default:
-		m.ruleOver.WithLabelValues(domain, label).Add(hits)
+		c.over.Add(hits)
 	}
 }
 

@@ -355,10 +355,10 @@ func TestMetricsAfterAScriptedSequence(t *testing.T) {
 		{"envoy_rls_rule_within_limit_total", "api-second", 1},
 		{"envoy_rls_rule_hits_total", "api-minute", 11},
 		{"envoy_rls_rule_within_limit_total", "api-minute", 11},
-		{"envoy_rls_rule_over_limit_total", "api-minute", -1},
+		{"envoy_rls_rule_over_limit_total", "api-minute", 0},
 		{"envoy_rls_rule_within_limit_total", "shadowed", 1},
 		{"envoy_rls_rule_shadow_over_limit_total", "shadowed", 1},
-		{"envoy_rls_rule_over_limit_total", "shadowed", -1},
+		{"envoy_rls_rule_over_limit_total", "shadowed", 0},
 	} {
 		if got := value(fams, c.name, "domain=obs", "rule="+c.rule); got != c.want {
 			t.Errorf("%s{rule=%q} = %v, want %v", c.name, c.rule, got, c.want)
@@ -578,5 +578,31 @@ func TestObserversRunOffTheDecisionPath(t *testing.T) {
 	last := events[len(events)-1]
 	if last.Code != "over_limit" || last.Limits[1].Allowed || last.Limits[1].RetryAfter <= 0 {
 		t.Errorf("last event %+v", last)
+	}
+}
+
+// BenchmarkShouldRateLimitTold is BenchmarkShouldRateLimit's hot key and
+// composite with what the service tells switched on: metrics (per rule, in
+// hits) and every header mode. Compare it with BenchmarkShouldRateLimit in
+// the same run.
+func BenchmarkShouldRateLimitTold(b *testing.B) {
+	cfg, err := descriptors.Parse("bench.yaml", []byte(benchYAML))
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := memory.New()
+	b.Cleanup(func() { store.Close() })
+	svc := rls.New(store, cfg, rls.Options{Metrics: rls.NewMetrics(prometheus.NewRegistry()), ResponseHeaders: rls.HeadersAll})
+	for _, bc := range []struct{ name, key string }{{"hot_key", "user"}, {"composite_3_limits", "api"}} {
+		b.Run(bc.name, func(b *testing.B) {
+			req := benchRequests(bc.key, 1)[0]
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -39,7 +39,26 @@ const DefaultNearLimitRatio = 0.8
 // descriptor path, with "#i" for the i-th limit of an unnamed composite).
 // It belongs to one config: SetConfig starts a new one, so it holds at most
 // the config's limits.
-type ruleNames struct{ m sync.Map } // *descriptors.RateLimit -> string
+type ruleNames struct {
+	m        sync.Map // *descriptors.RateLimit -> string
+	counters sync.Map // *descriptors.RateLimit -> *ruleCounters (rules without request values)
+}
+
+// ruleCounters returns the metric series of limit l of plan p.
+func (s *Service) ruleCounters(m *Metrics, domain string, p *plan, l *descriptors.RateLimit) *ruleCounters {
+	rule := s.ruleName(domain, p, l)
+	label, detailed := s.metricRule(domain, p, l, rule)
+	if detailed || p.override != nil {
+		return m.counters(domain, label, detailed)
+	}
+	names := s.rules.Load()
+	if c, ok := names.counters.Load(l); ok {
+		return c.(*ruleCounters)
+	}
+	c := m.counters(domain, label, false)
+	names.counters.Store(l, c)
+	return c
+}
 
 // ruleName returns the rule name of limit l of plan p in domain.
 func (s *Service) ruleName(domain string, p *plan, l *descriptors.RateLimit) string {
@@ -117,9 +136,7 @@ func (s *Service) tell(ctx context.Context, sc *scratch, req *rlsv3.RateLimitReq
 			deny, retry = k, wait
 		}
 		if m != nil {
-			rule := s.ruleName(domain, p, o.limit)
-			label, detailed := s.metricRule(domain, p, o.limit, rule)
-			m.limit(domain, label, detailed, it, d, s.nearRatio, s.opts.ShadowMode)
+			s.ruleCounters(m, domain, p, o.limit).limit(it, d, s.nearRatio, s.opts.ShadowMode)
 		}
 		if wantPolicies && it.Mode != backend.Shadow {
 			sc.policies = append(sc.policies, rlheaders.Policy{
