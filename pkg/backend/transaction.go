@@ -32,9 +32,9 @@ const (
 type Txn struct {
 	// KeyOf[i] is the index of item i's key among the distinct keys.
 	KeyOf []int
-	// Stored[j] is key j's state as read from the store. Transact does not
-	// change it.
-	Stored []algorithms.State
+	// Stored[j] points to key j's state as the store holds it (so a store
+	// need not copy it). Transact does not change it.
+	Stored []*algorithms.State
 	// Next[j] is, on return, key j's state after the items that allowed.
 	Next []algorithms.State
 	// Charged[j] reports, on return, that an item of key j allowed, so Next[j]
@@ -60,7 +60,9 @@ type Txn struct {
 // Transact allocates nothing (Verdict allocates only for Quota groups
 // outside 0..63).
 func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decision) bool {
-	copy(tx.Next, tx.Stored)
+	for j, s := range tx.Stored {
+		tx.Next[j] = *s
+	}
 	clear(tx.Charged)
 	for i := range items {
 		j := tx.KeyOf[i]
@@ -79,7 +81,7 @@ func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decis
 	if !commit {
 		for i := range items {
 			if out[i].Allowed {
-				_, out[i] = algorithms.DecideMicros(items[i].Limit, tx.Stored[tx.KeyOf[i]], now, 0)
+				_, out[i] = algorithms.DecideMicros(items[i].Limit, *tx.Stored[tx.KeyOf[i]], now, 0)
 			}
 		}
 	}

@@ -12,13 +12,17 @@ var perSecond = algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 2,
 
 // txnFor returns working space for items over keys distinct keys.
 func txnFor(keyOf []int, keys int) *backend.Txn {
-	return &backend.Txn{
+	tx := &backend.Txn{
 		KeyOf:      keyOf,
-		Stored:     make([]algorithms.State, keys),
+		Stored:     make([]*algorithms.State, keys),
 		Next:       make([]algorithms.State, keys),
 		Charged:    make([]bool, keys),
 		ResetAfter: make([]time.Duration, keys),
 	}
+	for j := range tx.Stored {
+		tx.Stored[j] = new(algorithms.State)
+	}
+	return tx
 }
 
 // TestTransactWholeRequestDeniedChargesNothing: a denying Enforced item
@@ -82,7 +86,7 @@ func TestTransactSameKeyInOrder(t *testing.T) {
 	if out[0].Remaining != 1 || out[1].Remaining != 0 {
 		t.Errorf("remaining %d then %d, want 1 then 0", out[0].Remaining, out[1].Remaining)
 	}
-	tx.Stored[0] = tx.Next[0]
+	*tx.Stored[0] = tx.Next[0]
 	if backend.Transact(tx, items[:1], 0, backend.WholeRequest, out) || out[0].Allowed {
 		t.Errorf("a third hit in the window: %+v, want denied", out[0])
 	}

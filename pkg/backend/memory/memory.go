@@ -206,7 +206,7 @@ type scratch struct {
 	order   [inlineItems]int // item indices by key; then the first item of each key
 	slot    [inlineItems]int // per item: index of its key among the distinct keys
 	ents    [inlineItems]*entry
-	stored  [inlineItems]algorithms.State
+	stored  [inlineItems]*algorithms.State
 	work    [inlineItems]algorithms.State
 	reset   [inlineItems]time.Duration
 	charged [inlineItems]bool
@@ -237,7 +237,7 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 		order   []int
 		slot    []int
 		ents    []*entry
-		stored  []algorithms.State
+		stored  []*algorithms.State
 		work    []algorithms.State
 		reset   []time.Duration
 		charged []bool
@@ -246,7 +246,7 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 		order, slot, ents, stored = sc.order[:n], sc.slot[:n], sc.ents[:n], sc.stored[:n]
 		work, reset, charged = sc.work[:n], sc.reset[:n], sc.charged[:n]
 	} else {
-		order, slot, ents, stored = make([]int, n), make([]int, n), make([]*entry, n), make([]algorithms.State, n)
+		order, slot, ents, stored = make([]int, n), make([]int, n), make([]*entry, n), make([]*algorithms.State, n)
 		work, reset, charged = make([]algorithms.State, n), make([]time.Duration, n), make([]bool, n)
 	}
 
@@ -271,7 +271,7 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 
 	for j, e := range ents {
 		now = max(now, e.floor)
-		stored[j] = e.state
+		stored[j] = &e.state
 	}
 	tx := backend.Txn{KeyOf: slot, Stored: stored, Next: work[:d], Charged: charged[:d], ResetAfter: reset[:d]}
 	allowed := backend.Transact(&tx, items, now, backend.WholeRequest, out[:n])

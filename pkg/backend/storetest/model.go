@@ -40,7 +40,8 @@ func NewTxn(items []backend.Item, load func(key string) algorithms.State) (*back
 			j = len(keys)
 			index[it.Key] = j
 			keys = append(keys, it.Key)
-			tx.Stored = append(tx.Stored, load(it.Key))
+			s := load(it.Key)
+			tx.Stored = append(tx.Stored, &s)
 		}
 		tx.KeyOf[i] = j
 	}
