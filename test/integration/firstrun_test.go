@@ -20,7 +20,9 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 )
@@ -266,11 +268,15 @@ func TestBackendFailureSummaries(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	cfg := filepath.Join(t.TempDir(), "exact.yaml")
 	writeFile(t, cfg, exactYAML)
-	p := startServe(t, nil, "--config", cfg, "--redis-url", srv.URL(), "--backend-failure-log-interval", "300ms", "--backend-timeout", "50ms")
+	// deny: the store reports each failure (local and allow decide
+	// without Redis and report nothing to summarise).
+	p := startServe(t, nil, "--config", cfg, "--redis-url", srv.URL(), "--failure-mode", "deny",
+		"--backend-failure-log-interval", "300ms", "--backend-timeout", "50ms")
 	req := &rlsv3.RateLimitRequest{Domain: "exact", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("fixed_window", "x")}}
 	call := func() {
-		if _, err := p.client().ShouldRateLimit(ctxT(t), req); err != nil {
-			t.Fatalf("--failure-mode allow answered %v", err)
+		_, err := p.client().ShouldRateLimit(ctxT(t), req)
+		if err != nil && status.Code(err) != codes.Unavailable {
+			t.Fatalf("--failure-mode deny answered %v", err)
 		}
 	}
 	call()
