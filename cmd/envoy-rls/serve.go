@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -399,6 +400,58 @@ func configEvent(dir, file, name string) bool {
 	return ext == ".yaml" || ext == ".yml"
 }
 
+// Reload timing: a change is reloaded once the config's files have been
+// quiet for reloadSettle and read the same twice reloadSettle apart, and
+// at the latest reloadMaxDelay after the first change when events keep
+// coming (the stability check still applies).
+const (
+	reloadSettle   = 200 * time.Millisecond
+	reloadMaxDelay = 2 * time.Second
+)
+
+// configSnapshot returns the contents of the config's files (the file, or
+// every regular file of the directory, by name), or nil when unreadable.
+func configSnapshot(path string) []byte {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if !st.IsDir() {
+		b, _ := os.ReadFile(path)
+		return b
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil
+	}
+	var all []byte
+	for _, e := range entries { // sorted by name
+		b, err := os.ReadFile(filepath.Join(path, e.Name()))
+		if err != nil {
+			continue
+		}
+		all = append(all, e.Name()...)
+		all = append(all, 0)
+		all = append(all, b...)
+		all = append(all, 0)
+	}
+	return all
+}
+
+// stableConfig reports whether the config's files read the same before and
+// after settle.
+func stableConfig(ctx context.Context, path string, settle time.Duration) bool {
+	before := configSnapshot(path)
+	t := time.NewTimer(settle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	return bytes.Equal(before, configSnapshot(path))
+}
+
 // watchConfig reloads the config on SIGHUP and, with --watch-config, when a
 // file in the config's directory changes (writes, renames, and the symlink
 // swaps of a Kubernetes ConfigMap). Bursts of events are folded into one
@@ -434,9 +487,9 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		const settle = 200 * time.Millisecond
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
+		var pendingSince time.Time // first event not yet reloaded
 		for {
 			select {
 			case <-ctx.Done():
@@ -457,7 +510,13 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				if !configEvent(dir, file, ev.Name) {
 					continue // another file next to the config (a log, say)
 				}
-				timer.Reset(settle)
+				// Quiet for reloadSettle, but never later than
+				// reloadMaxDelay after the first event: a stream of events
+				// cannot starve the reload.
+				if pendingSince.IsZero() {
+					pendingSince = time.Now()
+				}
+				timer.Reset(min(reloadSettle, max(reloadMaxDelay-time.Since(pendingSince), 0)))
 			case err, ok := <-watchErrs:
 				if !ok {
 					watchErrs = nil
@@ -465,6 +524,14 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				}
 				log.Warn("config watch error", "error", err)
 			case <-timer.C:
+				// A stable snapshot: the files read the same across a
+				// settle time, so a writer that pauses mid-file is not
+				// loaded half-written. If they changed, wait again.
+				if !stableConfig(ctx, o.Config, reloadSettle) {
+					timer.Reset(reloadSettle)
+					continue
+				}
+				pendingSince = time.Time{}
 				reload("file change")
 				if w != nil && o.WatchRoot != "" {
 					// After a root swap the config directory is a new
