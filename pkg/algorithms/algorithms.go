@@ -144,8 +144,9 @@ type Decision struct {
 	// this request's hits when allowed, before them when denied.
 	Remaining uint64
 	// RetryAfter is zero when allowed. When denied it is how long until the
-	// same request could be allowed, or Never when it never can (hits above
-	// the capacity, or a limit of zero requests).
+	// same request could be allowed (for a check of 0 hits: until one hit
+	// could be), or Never when it never can (hits above the capacity, or a
+	// limit of zero requests).
 	RetryAfter time.Duration
 	// ResetAfter is how long until the limit is back to its full capacity
 	// (its state equals a fresh one, so a store may drop it then). Zero when
@@ -185,8 +186,12 @@ type State struct {
 
 // Decide decides a request of hits against limit l with state s at instant
 // now, and returns the state after it (with the hits charged when allowed).
-// hits == 0 checks without charging. The limit must be valid (see
-// Limit.Validate).
+//
+// hits == 0 checks without charging: the check is allowed when one more hit
+// would be, and denied when the limit has no capacity left for one hit (so
+// a check on the request path, as in Envoy's quota pattern, stops admitting
+// once the usage charged later has used the limit up). The limit must be
+// valid (see Limit.Validate).
 func Decide(l Limit, s State, now time.Time, hits uint64) (State, Decision) {
 	return DecideMicros(l, s, now.UnixMicro(), hits)
 }
@@ -194,42 +199,95 @@ func Decide(l Limit, s State, now time.Time, hits uint64) (State, Decision) {
 // DecideMicros is Decide with now given in microseconds since the Unix epoch.
 // Instants before the epoch are treated as the epoch.
 func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
+	return decide(l, s, now, hits, false)
+}
+
+// Account is Decide for usage that already happened and must be counted
+// even when it does not fit: the cost a stream reports when it is done
+// (Envoy's apply_on_stream_done), which nothing can refuse any more. When
+// the hits fit it is exactly Decide. When they do not, the Decision is
+// denied (Allowed false) but the returned State has them charged anyway:
+//
+//   - fixed_window and sliding_window_counter count them in the current
+//     window, past the limit: the window stays exhausted until it ends (and
+//     for the sliding counter, until enough of it has slid out);
+//   - token_bucket and gcra carry them as debt: the bucket refills from
+//     below empty, so the excess delays the next admission by its worth;
+//   - sliding_window_log records them while the log has room (its count is
+//     below the limit), so the log never holds more than requests entries;
+//     on a full log they are dropped (saturated): the log is already
+//     exhausted until its oldest entries slide out;
+//   - a limit of zero requests keeps no state and counts nothing.
+//
+// The denied Decision describes the state after the charge: Remaining 0,
+// RetryAfter the time until one hit fits again, ResetAfter the time until the
+// state is fresh. So each window admits at most requests plus the one charge
+// that crossed the limit: a check (Decide with 0 hits) denies as soon as no
+// capacity is left for one hit.
+func Account(l Limit, s State, now time.Time, hits uint64) (State, Decision) {
+	return AccountMicros(l, s, now.UnixMicro(), hits)
+}
+
+// AccountMicros is Account with now given in microseconds since the Unix
+// epoch.
+func AccountMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
+	return decide(l, s, now, hits, hits > 0)
+}
+
+func decide(l Limit, s State, now int64, hits uint64, account bool) (State, Decision) {
 	if now < 0 {
 		now = 0
 	}
 	if l.Requests == 0 {
-		return s, blocked(l, hits)
+		return s, blocked(l)
 	}
 	w := l.Window.Microseconds()
 	if w < 1 {
 		w = 1
 	}
-	// Each algorithm works on this call's copy of s, which it overwrites only
-	// when the request is allowed.
+	// Each algorithm works on this call's copy of s, which it overwrites
+	// when the request is allowed, or when it is accounted.
 	var d Decision
 	switch l.Algorithm {
 	case TokenBucket, GCRA:
-		d = bucket(&l, w, &s, now, hits)
+		d = bucket(&l, w, &s, now, hits, account)
 	case SlidingWindowLog:
-		d = slidingLog(&l, w, &s, now, hits)
+		d = slidingLog(&l, w, &s, now, hits, account)
 	case SlidingWindowCounter:
-		d = slidingCounter(&l, w, &s, now, hits)
+		d = slidingCounter(&l, w, &s, now, hits, account)
 	default:
-		d = fixedWindow(&l, w, &s, now, hits)
+		d = fixedWindow(&l, w, &s, now, hits, account)
 	}
 	return s, d
 }
 
-// blocked is the decision of a limit of zero requests: hits are never
-// allowed, a check (hits == 0) is.
-func blocked(l Limit, hits uint64) Decision {
-	if hits == 0 {
-		return Decision{Allowed: true, Limit: l.Capacity()}
-	}
+// blocked is the decision of a limit of zero requests: nothing is ever
+// allowed, not even a check (there is never room for one hit).
+func blocked(l Limit) Decision {
 	return Decision{Limit: l.Capacity(), RetryAfter: Never}
 }
 
-func fixedWindow(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
+// probe is the number of hits whose fit decides a request of hits: the hits
+// themselves, or one for a check.
+func probe(hits uint64) uint64 { return max(hits, 1) }
+
+// accounted is the Decision of hits that did not fit but were charged
+// anyway, leaving state s: a check of s (which denies, as the charge used up
+// what was left) with Allowed false.
+func accounted(after Decision) Decision {
+	after.Allowed = false
+	return after
+}
+
+// satAdd returns a+b, saturating at math.MaxUint64.
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+func fixedWindow(l *Limit, w int64, s *State, now int64, hits uint64, account bool) Decision {
 	start := now - now%w
 	if start < s.at { // the clock stepped back into an earlier window
 		start, now = s.at, max(now, s.at)
@@ -241,7 +299,11 @@ func fixedWindow(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	limit := l.Requests
 	left := sub0(limit, count)
 	end := micros(w - (now - start))
-	if hits > left {
+	if probe(hits) > left {
+		if account {
+			*s = State{at: start, count: satAdd(count, hits)}
+			return accounted(fixedWindow(l, w, s, now, 0, false))
+		}
 		d := Decision{Limit: limit, Remaining: left, RetryAfter: end, ResetAfter: end}
 		if hits > limit {
 			d.RetryAfter = Never
@@ -264,7 +326,7 @@ func fixedWindow(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 // counts and windows below 2^53 every quantity is an integer held exactly in
 // a float64 and the decisions are exact: used = prev*(w-elapsed) + cur*w
 // against a full window of requests*w.
-func slidingCounter(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
+func slidingCounter(l *Limit, w int64, s *State, now int64, hits uint64, account bool) Decision {
 	start := now - now%w
 	if start < s.at { // the clock stepped back into an earlier window
 		start, now = s.at, max(now, s.at)
@@ -287,21 +349,25 @@ func slidingCounter(l *Limit, w int64, s *State, now int64, hits uint64) Decisio
 	case prev > 0:
 		reset = w - elapsed
 	}
-	if hits > sub0(l.Requests, cur) || used+float64(hits)*fw > full {
+	if p := probe(hits); p > sub0(l.Requests, cur) || used+float64(p)*fw > full {
+		if account {
+			*s = State{at: start, count: satAdd(cur, hits), prev: prev}
+			return accounted(slidingCounter(l, w, s, now, 0, false))
+		}
 		d := Decision{Limit: l.Requests, Remaining: floorU((full - used) / fw), ResetAfter: micros(reset)}
 		switch {
-		case hits > l.Requests:
+		case p > l.Requests:
 			d.RetryAfter = Never
-		case hits <= sub0(l.Requests, cur):
+		case p <= sub0(l.Requests, cur):
 			// Within this window, once enough of the previous one slides out:
-			// prev*(w-e) <= (requests-cur-hits)*w.
-			need := float64(l.Requests-cur-hits) * fw
+			// prev*(w-e) <= (requests-cur-p)*w.
+			need := float64(l.Requests-cur-p) * fw
 			e := w - floorDiv(need, float64(prev), w)
 			d.RetryAfter = micros(e - elapsed)
 		default:
 			// In the next window, where this window's count becomes prev:
-			// cur*(w-e) <= (requests-hits)*w.
-			need := float64(l.Requests-hits) * fw
+			// cur*(w-e) <= (requests-p)*w.
+			need := float64(l.Requests-p) * fw
 			e := w - floorDiv(need, float64(cur), w)
 			d.RetryAfter = micros(w + e - elapsed)
 		}
@@ -325,7 +391,7 @@ func slidingCounter(l *Limit, w int64, s *State, now int64, hits uint64) Decisio
 // while the debt stays within capacity*w. With values below 2^53 every
 // quantity is an integer held exactly in a float64, so fractional emission
 // intervals (7 per minute) decide exactly.
-func bucket(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
+func bucket(l *Limit, w int64, s *State, now int64, hits uint64, account bool) Decision {
 	if now < s.at { // the clock stepped back
 		now = s.at
 	}
@@ -337,15 +403,19 @@ func bucket(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 		debt = 0
 	}
 	need := debt + float64(hits)*fw
-	if hits > capacity || need > full {
+	if p := probe(hits); p > capacity || debt+float64(p)*fw > full {
+		if account {
+			*s = State{at: now, level: need}
+			return accounted(bucket(l, w, s, now, 0, false))
+		}
 		d := Decision{
 			Limit:      capacity,
 			Remaining:  floorU((full - debt) / fw),
 			RetryAfter: Never,
 			ResetAfter: ceilMicros(debt / rate),
 		}
-		if hits <= capacity {
-			d.RetryAfter = ceilMicros((need - full) / rate)
+		if p <= capacity {
+			d.RetryAfter = ceilMicros((debt + float64(p)*fw - full) / rate)
 		}
 		return d
 	}
@@ -359,7 +429,7 @@ func bucket(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	return d
 }
 
-func slidingLog(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
+func slidingLog(l *Limit, w int64, s *State, now int64, hits uint64, account bool) Decision {
 	if now < s.at { // the clock stepped back
 		now = s.at
 	}
@@ -378,16 +448,24 @@ func slidingLog(l *Limit, w int64, s *State, now int64, hits uint64) Decision {
 	}
 	limit := l.Requests
 	left := sub0(limit, count)
-	if hits > left {
+	if p := probe(hits); p > left {
+		if account {
+			if left > 0 { // room in the log: record the whole charge
+				log.push(logEntry{at: now, hits: hits})
+				count = satAdd(count, hits)
+			}
+			*s = State{at: now, count: count, log: log}
+			return accounted(slidingLog(l, w, s, now, 0, false))
+		}
 		d := Decision{Limit: limit, Remaining: left}
 		if log.n > 0 {
 			d.ResetAfter = micros(log.newest().at + w - now)
 		}
-		if hits > limit {
+		if p > limit {
 			d.RetryAfter = Never
 		} else {
 			// Wait until enough of the oldest entries have slid out.
-			need, freed := hits-left, uint64(0)
+			need, freed := p-left, uint64(0)
 			for i := 0; i < log.n; i++ {
 				e := log.at(i)
 				freed += e.hits

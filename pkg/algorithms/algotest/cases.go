@@ -39,7 +39,7 @@ func fixedWindowCases() []Case {
 			allow(100*ms, 1, 3, 1, 900*ms),
 			allow(200*ms, 1, 3, 0, 800*ms), // exhausted
 			deny(300*ms, 1, 3, 0, 700*ms, 700*ms),
-			allow(300*ms, 0, 3, 0, 700*ms), // a check is never denied
+			deny(300*ms, 0, 3, 0, 700*ms, 700*ms), // a check denies: no room for one hit
 			deny(999999*us, 1, 3, 0, us, us),
 			allow(sec, 1, 3, 2, sec), // recovered: next window
 			allow(sec+us, 2, 3, 0, 999999*us),
@@ -81,7 +81,7 @@ func fixedWindowCases() []Case {
 			allow(2500*ms, 2, 2, 0, 500*ms), // window [2s, 3s)
 			// Back into an earlier window: treated as the start of [2s, 3s).
 			deny(1900*ms, 1, 2, 0, sec, sec),
-			allow(500*ms, 0, 2, 0, sec),
+			deny(500*ms, 0, 2, 0, sec, sec), // a check, like one hit
 			deny(-hour, 1, 2, 0, sec, sec),
 			deny(-60*year, 1, 2, 0, sec, sec), // before the Unix epoch
 			allow(3*sec, 1, 2, 1, sec),
@@ -141,8 +141,8 @@ func bucketCases(k algorithms.Kind) []Case {
 			deny(0, 1, 4, 0, 250*ms, sec),
 			// debt 4e6-1e5*4 = 3.6e6; 0.4 tokens; retry 0.6e6/4, reset 3.6e6/4.
 			deny(100*ms, 1, 4, 0, 150*ms, 900*ms),
-			allow(100*ms, 0, 4, 0, 900*ms),
-			allow(250*ms, 1, 4, 0, sec), // exactly when promised: debt 3e6+1e6
+			deny(100*ms, 0, 4, 0, 150*ms, 900*ms), // a check waits for one token
+			allow(250*ms, 1, 4, 0, sec),           // exactly when promised: debt 3e6+1e6
 			deny(250*ms, 5, 4, 0, never, sec),
 			deny(250*ms, maxU64, 4, 0, never, sec),
 			allow(750*ms, 2, 4, 0, sec), // debt 4e6-5e5*4 = 2e6, +2e6
@@ -207,7 +207,7 @@ func bucketCases(k algorithms.Kind) []Case {
 		Steps: []Step{
 			allow(10*sec, 2, 2, 0, sec),
 			deny(9*sec, 1, 2, 0, 500*ms, sec), // decided at 10s
-			allow(-hour, 0, 2, 0, sec),
+			deny(-hour, 0, 2, 0, 500*ms, sec), // a check, decided at 10s
 			allow(10500*ms, 1, 2, 0, sec),
 			deny(10400*ms, 1, 2, 0, 500*ms, sec), // decided at 10.5s
 			deny(-60*year, 1, 2, 0, 500*ms, sec), // before the Unix epoch
@@ -265,7 +265,7 @@ func slidingLogCases() []Case {
 			allow(200*ms, 1, 3, 1, sec),
 			allow(400*ms, 1, 3, 0, sec),
 			deny(500*ms, 1, 3, 0, 500*ms, 900*ms),
-			allow(500*ms, 0, 3, 0, 900*ms),
+			deny(500*ms, 0, 3, 0, 500*ms, 900*ms), // a check waits for one hit's room
 			deny(999999*us, 1, 3, 0, us, 400001*us),
 			allow(sec, 1, 3, 0, sec), // the entry at 0 left
 			// Entries 200ms, 400ms, 1s: two must leave, the second at 1.4s.
@@ -287,7 +287,7 @@ func slidingLogCases() []Case {
 			allow(10500*ms, 1, 2, 0, sec),
 			deny(10200*ms, 1, 2, 0, 500*ms, sec), // decided at 10.5s
 			allow(11200*ms, 1, 2, 0, sec),        // the entry at 10s left
-			allow(9*sec, 0, 2, 0, sec),           // decided at 11.2s
+			deny(9*sec, 0, 2, 0, 300*ms, sec),    // a check, decided at 11.2s
 			deny(-hour, 1, 2, 0, 300*ms, sec),
 			deny(-60*year, 1, 2, 0, 300*ms, sec),
 			allow(11500*ms, 1, 2, 0, sec),
@@ -373,7 +373,7 @@ func slidingCounterCases() []Case {
 			// cur 4: next window, e' = 1e6-floor(3e6/4) = 250000;
 			// retry = w+e'-e = 750ms.
 			deny(500*ms, 1, 4, 0, 750*ms, 1500*ms),
-			allow(500*ms, 0, 4, 0, 1500*ms),
+			deny(500*ms, 0, 4, 0, 750*ms, 1500*ms), // a check waits for one hit's room
 			// prev 4 at e = 249999: used 4*750001 = 3000004 > 3e6.
 			deny(1249999*us, 1, 4, 0, us, 750001*us),
 			allow(1250*ms, 1, 4, 0, 1750*ms), // used 3e6+1e6
@@ -382,7 +382,8 @@ func slidingCounterCases() []Case {
 			deny(1500*ms, 3, 4, 0, sec, 1500*ms),
 			deny(1500*ms, 5, 4, 0, never, 1500*ms),
 			allow(2500*ms, 3, 4, 0, 1500*ms), // used 2*5e5 + 3e6
-			allow(2750*ms, 0, 4, 0, 1250*ms), // used 2*2.5e5 + 3e6 = 3.5e6
+			// used 2*2.5e5 + 3e6 = 3.5e6: no room for one hit; e' = 1e6-floor(0/2).
+			deny(2750*ms, 0, 4, 0, 250*ms, 1250*ms),
 			allow(3*sec, 0, 4, 1, sec),       // prev 3 at e = 0
 			allow(3900*ms, 1, 4, 2, 1100*ms), // used 3*1e5 + 1e6
 			allow(10*sec, 0, 4, 4, 0),
@@ -432,7 +433,7 @@ func slidingCounterCases() []Case {
 			deny(11100*ms, 1, 4, 0, 400*ms, 1900*ms),
 			// Back into an earlier window: decided at 11s (e = 0).
 			deny(10900*ms, 1, 4, 0, 500*ms, 2*sec),
-			allow(-hour, 0, 4, 0, 2*sec),
+			deny(-hour, 0, 4, 0, 500*ms, 2*sec), // a check, decided at 11s
 			deny(-60*year, 1, 4, 0, 500*ms, 2*sec),
 			allow(11500*ms, 1, 4, 0, 1500*ms),
 		},
@@ -480,7 +481,7 @@ func zeroRequests(k algorithms.Kind) Case {
 		Limit: lim(k, 0, sec),
 		Steps: []Step{
 			deny(0, 1, 0, 0, never, 0),
-			allow(0, 0, 0, 0, 0),
+			deny(0, 0, 0, 0, never, 0), // not even a check: no room for one hit
 			deny(hour, maxU64, 0, 0, never, 0),
 			deny(10*year, 1, 0, 0, never, 0),
 		},
@@ -495,7 +496,7 @@ func zeroRateWithBurst(k algorithms.Kind) Case {
 		Limit: algorithms.Limit{Algorithm: k, Window: sec, Burst: 5},
 		Steps: []Step{
 			deny(0, 1, 5, 0, never, 0),
-			allow(0, 0, 5, 0, 0),
+			deny(0, 0, 5, 0, never, 0),
 		},
 	}
 }
