@@ -121,10 +121,13 @@ type RateLimit struct {
 	Shadow bool
 	// Limit is the limit as the algorithms take it.
 	Limit algorithms.Limit
-	// ID identifies the limit's behaviour: two limits have the same ID
-	// exactly when their algorithm, requests, window and burst are equal.
-	// It does not depend on the name or the position in the file, so a
-	// counter keyed by it survives a reload that leaves the limit unchanged.
+	// ID identifies the limit's counter within its descriptor (see
+	// CounterID): its algorithm and window, and its position among the
+	// descriptor's limits with the same algorithm and window. It does not
+	// depend on the name, the count (requests_per_unit, burst) or the
+	// position in the file, so a counter keyed by it survives a reload that
+	// renames, moves or re-counts the limit: a lowered limit applies at once
+	// to what was already used.
 	ID string
 	// Line is the line of the limit in its file.
 	Line int

@@ -570,27 +570,60 @@ descriptors:
 		t.Errorf("different algorithms share an ID: %v", first)
 	}
 
-	// IDs are equal exactly when the limits are.
-	var limits []algorithms.Limit
+	// IDs are equal exactly when algorithm, window and position are: the
+	// count (requests, burst) is not part of them.
+	type ident struct {
+		alg algorithms.Kind
+		w   time.Duration
+		n   int
+	}
+	seen := map[string]ident{}
 	for _, alg := range algorithms.Kinds() {
-		for _, req := range []uint64{0, 1, 10, 11, 110} {
-			for _, w := range []time.Duration{time.Millisecond, time.Second, 10 * time.Second, time.Minute, 90 * time.Minute} {
-				for _, burst := range []uint64{0, 1, 10, 110} {
-					limits = append(limits, algorithms.Limit{Algorithm: alg, Requests: req, Window: w, Burst: burst})
+		for _, w := range []time.Duration{time.Millisecond, time.Second, 10 * time.Second, time.Minute, 90 * time.Minute} {
+			for n := 0; n < 12; n++ {
+				id := CounterID(algorithms.Limit{Algorithm: alg, Requests: 10, Window: w}, n)
+				for _, req := range []uint64{0, 1, 11, 110} {
+					for _, burst := range []uint64{0, 1, 110} {
+						if o := CounterID(algorithms.Limit{Algorithm: alg, Requests: req, Window: w, Burst: burst}, n); o != id {
+							t.Fatalf("count changes the ID: %q vs %q", o, id)
+						}
+					}
 				}
+				if prev, ok := seen[id]; ok {
+					t.Fatalf("%v and %v share ID %q", prev, ident{alg, w, n}, id)
+				}
+				seen[id] = ident{alg, w, n}
 			}
 		}
 	}
-	seen := map[string]algorithms.Limit{}
-	for _, l := range limits {
-		id := limitID(l)
-		if prev, ok := seen[id]; ok {
-			t.Fatalf("limits %+v and %+v share ID %q", prev, l, id)
-		}
-		seen[id] = l
-		if limitID(l) != id {
-			t.Fatalf("ID of %+v is not stable", l)
-		}
+
+	// A reload that changes counts keeps the IDs; two limits of one
+	// descriptor with the same algorithm and window count apart.
+	const recounted = `
+domain: ids
+descriptors:
+  - key: a
+    rate_limit: {name: first, unit: minute, requests_per_unit: 3}
+  - key: b
+    rate_limits:
+      - {unit: minute, requests_per_unit: 99, algorithm: token_bucket, burst: 7}
+      - {window: 60s, requests_per_unit: 1}
+`
+	if got := ids(recounted); fmt.Sprint(got) != fmt.Sprint(first) {
+		t.Errorf("IDs changed with the counts:\n%v\n%v", first, got)
+	}
+	const twins = `
+domain: ids
+descriptors:
+  - key: a
+    rate_limits:
+      - {unit: minute, requests_per_unit: 100}
+      - {unit: minute, requests_per_unit: 10}
+      - {unit: second, requests_per_unit: 10}
+`
+	ls := mustDomain(t, mustParse(t, twins), "ids").Match([]Entry{{"a", "x"}}, nil)[0].Limits
+	if ls[0].ID == ls[1].ID || ls[0].ID == ls[2].ID || ls[1].ID == ls[2].ID {
+		t.Errorf("limits of one descriptor share a counter: %q %q %q", ls[0].ID, ls[1].ID, ls[2].ID)
 	}
 }
 

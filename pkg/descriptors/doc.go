@@ -102,9 +102,13 @@
 //
 // # Identity
 //
-// RateLimit.ID is derived from a limit's algorithm, requests, window and
-// burst only, so renaming or moving a limit, or reloading an unchanged
-// configuration, keeps its counters; changing how it counts starts fresh.
+// RateLimit.ID is derived from a limit's algorithm and window only (and,
+// for several limits of one descriptor with the same algorithm and window,
+// their order among themselves), so renaming or moving a limit, reloading
+// an unchanged configuration, or changing its requests_per_unit or burst
+// keeps its counters: usage belongs to the descriptor, and a new count
+// applies to what was already used. Changing its algorithm or window starts
+// fresh.
 //
 // # Statistics keys
 //

@@ -498,7 +498,7 @@ func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
 			l.Limit.Burst = uint64(v)
 		}
 	}
-	l.ID = limitID(l.Limit)
+	l.ID = CounterID(l.Limit, 0) // numbered among its siblings by nodeLimits
 	return p.valid(l, start)
 }
 
@@ -510,12 +510,20 @@ func (p *parser) valid(l *RateLimit, start int) *RateLimit {
 	return l
 }
 
-// limitID is the identity of a limit's behaviour. Its parts contain no ':',
-// and a burst adds a fourth part, so different limits never share an ID.
-func limitID(l algorithms.Limit) string {
-	id := l.Algorithm.String() + ":" + strconv.FormatUint(l.Requests, 10) + ":" + l.Window.String()
-	if l.Burst > 0 {
-		id += ":" + strconv.FormatUint(l.Burst, 10)
+// CounterID is the identity of the counter of a limit: its algorithm and
+// window, and n, its position among the limits of its descriptor with the
+// same algorithm and window (0 for the first). It leaves out the limit's
+// count (requests_per_unit, burst) on purpose: usage belongs to the
+// descriptor, so a reload or a request override that changes the count
+// applies it to what was already used. The state of every algorithm is kept
+// in units that do not depend on the count (hits, or token·µs of debt), so
+// it carries over unconverted. Only a change of algorithm or window (whose
+// state means something else) starts a fresh counter. The parts contain no
+// ':' or '#', so different (algorithm, window, n) never share an ID.
+func CounterID(l algorithms.Limit, n int) string {
+	id := l.Algorithm.String() + ":" + l.Window.String()
+	if n > 0 {
+		id += "#" + strconv.Itoa(n)
 	}
 	return id
 }
@@ -682,6 +690,17 @@ func (p *parser) nodeLimits(fs map[string]field, shadow bool) []*RateLimit {
 			for _, l := range ls {
 				c := *l
 				c.Shadow = c.Shadow || shadow
+				if !c.Unlimited {
+					// Limits of one descriptor with the same algorithm and
+					// window count apart.
+					n := 0
+					for _, o := range limits {
+						if !o.Unlimited && o.Limit.Algorithm == c.Limit.Algorithm && o.Limit.Window == c.Limit.Window {
+							n++
+						}
+					}
+					c.ID = CounterID(c.Limit, n)
+				}
 				limits = append(limits, &c)
 			}
 		}
