@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test test-short lint vet bench bench-go build
+.PHONY: run test test-short lint vet bench bench-go build conformance
 
 # Run the service on the embedded store with the example config. The ports
 # are ENVOY_RLS_GRPC_ADDR and ENVOY_RLS_HTTP_ADDR (default :8081 and :8080).
@@ -46,3 +46,10 @@ bench:
 # The Go benchmarks of the hot path.
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./pkg/...
+
+# Replays request sequences from the reference server's test suite against
+# the reference (REF_BIN, built from github.com/envoyproxy/ratelimit) and
+# envoy-rls on both stores, and prints every difference. Not part of CI.
+conformance:
+	@if [ -z "$(REF_BIN)" ]; then echo "usage: make conformance REF_BIN=/path/to/ratelimit"; exit 2; fi
+	$(GO) run ./test/conformance -ref-bin "$(REF_BIN)"
