@@ -464,8 +464,10 @@ func slidingLog(l *Limit, w int64, s *State, now int64, hits uint64, account boo
 		if p > limit {
 			d.RetryAfter = Never
 		} else {
-			// Wait until enough of the oldest entries have slid out.
-			need, freed := p-left, uint64(0)
+			// Wait until enough of the oldest entries have slid out: the
+			// count must come down to limit-p (it may be above the limit
+			// after usage accounting).
+			need, freed := count+p-limit, uint64(0)
 			for i := 0; i < log.n; i++ {
 				e := log.at(i)
 				freed += e.hits

@@ -70,6 +70,14 @@ type Item struct {
 	// an item by its Key alone. Items with the same Key must have the same
 	// Partition.
 	Partition uint64
+	// Account marks usage accounting: hits that already happened (the cost
+	// Envoy reports when a stream is done), which nothing can refuse. When
+	// Hits > 0 they are charged whatever the verdict, with
+	// algorithms.Account, even when they do not fit (counted past the limit,
+	// or carried as debt). Its Decision says whether they fitted and counts
+	// towards the verdict as its Mode says. Checks (Hits 0) are decided as
+	// usual: they deny once no room is left for one hit.
+	Account bool
 }
 
 // Store decides requests against stored state.
@@ -78,9 +86,11 @@ type Item struct {
 // (len(out) must be at least len(items)). The request is allowed unless an
 // Enforced item denies, or every Quota group has a denying item (see
 // Verdict). When it is allowed, every item whose own decision allows is
-// charged; when it is denied, nothing is charged at all, and the Decisions of
-// the items that would have allowed report their state without this
-// request's hits. Apply is safe for concurrent use and exact: no
+// charged, and every Account item; when it is denied, only the Account items
+// are charged (usage that already happened; their Decisions stay the ones
+// the verdict was made of), and the Decisions of the other items that would
+// have allowed report their state without this request's hits (Allowed,
+// Remaining and ResetAfter of the state as it stays). Apply is safe for concurrent use and exact: no
 // interleaving of concurrent calls allows more than the algorithms permit.
 //
 // An error means the store could not decide (the backend is unreachable or
@@ -92,6 +102,14 @@ type Store interface {
 
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("backend: store is closed")
+
+// Report turns the decision of a check (0 hits) of an item's state into
+// the report of an item that allowed in a request that was denied: allowed,
+// with the state's Remaining and ResetAfter.
+func Report(check algorithms.Decision) algorithms.Decision {
+	check.Allowed, check.RetryAfter = true, 0
+	return check
+}
 
 // Verdict reports whether a request whose items decided as ds is allowed: no
 // Enforced item denies, and not every Quota group has a denying item.

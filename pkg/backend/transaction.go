@@ -53,9 +53,10 @@ type Txn struct {
 //
 // With WholeRequest, Transact commits exactly when Verdict allows the
 // request; with PartOfRequest, unless an Enforced item denies. When it does
-// not commit, nothing is charged, and every item that allowed reports
-// instead a check (hits 0) of its key's stored state; a denying item keeps
-// its own decision.
+// not commit, only usage accounting (Item.Account) is charged, and every
+// other item that allowed reports instead its key's state as it stays (see
+// Report); a denying item keeps its own decision. Either way, on return
+// every key with tx.Charged is to be written as tx.Next.
 //
 // Transact allocates nothing (Verdict allocates only for Quota groups
 // outside 0..63).
@@ -65,8 +66,14 @@ func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decis
 	}
 	clear(tx.Charged)
 	for i := range items {
-		j := tx.KeyOf[i]
-		s, d := algorithms.DecideMicros(items[i].Limit, tx.Next[j], now, items[i].Hits)
+		j, it := tx.KeyOf[i], &items[i]
+		if it.Account && it.Hits > 0 {
+			s, d := algorithms.AccountMicros(it.Limit, tx.Next[j], now, it.Hits)
+			out[i] = d
+			tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
+			continue
+		}
+		s, d := algorithms.DecideMicros(it.Limit, tx.Next[j], now, it.Hits)
 		out[i] = d
 		if d.Allowed {
 			tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
@@ -79,9 +86,22 @@ func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decis
 		commit = !enforcedDenies(items, out)
 	}
 	if !commit {
+		// Only usage accounting is charged: charge it again from the stored
+		// states (its decisions stay the ones the verdict was made of), and
+		// report the allowing items' state as it stays.
+		for j, s := range tx.Stored {
+			tx.Next[j] = *s
+		}
+		clear(tx.Charged)
 		for i := range items {
-			if out[i].Allowed {
-				_, out[i] = algorithms.DecideMicros(items[i].Limit, *tx.Stored[tx.KeyOf[i]], now, 0)
+			j, it := tx.KeyOf[i], &items[i]
+			switch {
+			case it.Account && it.Hits > 0:
+				s, d := algorithms.AccountMicros(it.Limit, tx.Next[j], now, it.Hits)
+				tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
+			case out[i].Allowed:
+				_, d := algorithms.DecideMicros(it.Limit, tx.Next[j], now, 0)
+				out[i] = Report(d)
 			}
 		}
 	}

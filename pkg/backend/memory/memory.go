@@ -275,12 +275,10 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 	}
 	tx := backend.Txn{KeyOf: slot, Stored: stored, Next: work[:d], Charged: charged[:d], ResetAfter: reset[:d]}
 	allowed := backend.Transact(&tx, items, now, backend.WholeRequest, out[:n])
-	if allowed {
-		for j, e := range ents {
-			if charged[j] {
-				e.state = work[j]
-				e.freshAt.Store(addMicros(now, reset[j]))
-			}
+	for j, e := range ents {
+		if charged[j] { // when denied, only usage accounting
+			e.state = work[j]
+			e.freshAt.Store(addMicros(now, reset[j]))
 		}
 	}
 	for _, e := range ents {

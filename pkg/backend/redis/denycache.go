@@ -16,6 +16,10 @@ type denial struct {
 	remaining uint64
 	resetAt   int64         // µs on denyClock, math.MaxInt64 for never
 	ttl       time.Duration // the entry's lifetime in the cache
+	// lim is the limit that denied. Counter keys leave the count out (a
+	// reload or an override may change it on the same key), so a remembered
+	// denial answers only items of the same limit.
+	lim algorithms.Limit
 }
 
 // fromDenyCache answers the request from the local deny cache at instant
@@ -23,11 +27,12 @@ type denial struct {
 func (r *Store) fromDenyCache(now int64, items []backend.Item, out []algorithms.Decision) (bool, bool) {
 	for i := range items {
 		it := &items[i]
-		if it.Hits == 0 {
+		if it.Hits == 0 || it.Account {
+			// Checks, and usage that must be charged, always go to Redis.
 			return false, false
 		}
 		d, ok := r.deny.GetIfPresent(it.Key)
-		if !ok || now >= d.until || it.Hits < d.hits {
+		if !ok || now >= d.until || it.Hits < d.hits || it.Limit != d.lim {
 			return false, false
 		}
 		reset := algorithms.Never
@@ -54,7 +59,7 @@ func (r *Store) fromDenyCache(now int64, items []backend.Item, out []algorithms.
 func (r *Store) rememberDenials(now int64, items []backend.Item, out []algorithms.Decision) {
 	for i := range items {
 		d := &out[i]
-		if d.Allowed || items[i].Hits == 0 || d.RetryAfter <= 0 || d.RetryAfter == algorithms.Never {
+		if d.Allowed || items[i].Hits == 0 || items[i].Account || d.RetryAfter <= 0 || d.RetryAfter == algorithms.Never {
 			continue
 		}
 		first := true
@@ -78,6 +83,7 @@ func (r *Store) rememberDenials(now int64, items []backend.Item, out []algorithm
 			remaining: d.Remaining,
 			resetAt:   resetAt,
 			ttl:       d.RetryAfter,
+			lim:       items[i].Limit,
 		})
 	}
 }

@@ -95,15 +95,14 @@ func (md redisModel) applyPart(items []backend.Item, now time.Time, whole bool) 
 		c = backend.PartOfRequest
 	}
 	ds := make([]algorithms.Decision, len(items))
-	if backend.Transact(tx, items, now.UnixMicro(), c, ds) {
-		for j, k := range keys {
-			switch {
-			case !tx.Charged[j]:
-			case tx.ResetAfter[j] == 0:
-				delete(md, k)
-			default:
-				md[k] = tx.Next[j]
-			}
+	backend.Transact(tx, items, now.UnixMicro(), c, ds)
+	for j, k := range keys {
+		switch {
+		case !tx.Charged[j]:
+		case tx.ResetAfter[j] == 0:
+			delete(md, k)
+		default:
+			md[k] = tx.Next[j]
 		}
 	}
 	return ds
@@ -155,7 +154,8 @@ func randomLimits(rng *rand.Rand, k algorithms.Kind, mixed bool, n int) map[stri
 }
 
 // randomItems returns a request of 1 to 4 items (sometimes up to 40) on the
-// keys of limits, with repeated keys, every mode and two quota groups.
+// keys of limits, with repeated keys, every mode, two quota groups and
+// usage accounting.
 func randomItems(rng *rand.Rand, limits map[string]algorithms.Limit) []backend.Item {
 	n := 1 + rng.IntN(4)
 	if rng.IntN(20) == 0 {
@@ -164,7 +164,7 @@ func randomItems(rng *rand.Rand, limits map[string]algorithms.Limit) []backend.I
 	items := make([]backend.Item, n)
 	for i := range items {
 		k := fmt.Sprintf("k%d", rng.IntN(len(limits)))
-		items[i] = backend.Item{Key: k, Limit: limits[k], Hits: uint64(rng.IntN(5)), Mode: backend.Mode(rng.IntN(3)), Group: rng.IntN(2)}
+		items[i] = backend.Item{Key: k, Limit: limits[k], Hits: uint64(rng.IntN(5)), Mode: backend.Mode(rng.IntN(3)), Group: rng.IntN(2), Account: rng.IntN(4) == 0}
 	}
 	return items
 }

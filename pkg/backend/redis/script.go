@@ -45,10 +45,12 @@ import (
 //     (-n) for backend.PartOfRequest (the part of a request in one slot).
 //   - itemFields numbers per item, in the order of the field* constants.
 //     fieldFlags is algorithm + flagMode*mode + flagOver*over +
-//     flagGroup*group (the algorithms.Kind and backend.Mode values; over is
-//     1 when Hits > Capacity, compared exactly here as two huge numbers may
-//     be one double, or Requests is 0 and Hits > 0; group is the rank of
-//     the item's quota group among the request's).
+//     flagAccount*account + flagGroup*group (the algorithms.Kind and
+//     backend.Mode values; over is 1 when Hits > Capacity, compared exactly
+//     here as two huge numbers may be one double, or Requests is 0 and
+//     Hits > 0; account is 1 for usage accounting, Item.Account with
+//     Hits > 0, charged whatever the verdict even when it does not fit;
+//     group is the rank of the item's quota group among the request's).
 //
 // # Reply
 //
@@ -121,13 +123,14 @@ const (
 	itemFields           // the number of fields per item (the script's ITEM_FIELDS)
 )
 
-// Multipliers in fieldFlags (the script's FLAG_*): the mode, the over bit
-// and the item's quota group (its rank among the request's distinct
-// groups). 128 is free.
+// Multipliers in fieldFlags (the script's FLAG_*): the mode, the over bit,
+// the usage accounting bit and the item's quota group (its rank among the
+// request's distinct groups).
 const (
-	flagMode  = 8
-	flagOver  = 64
-	flagGroup = 256
+	flagMode    = 8
+	flagOver    = 64
+	flagAccount = 128
+	flagGroup   = 256
 )
 
 // The values of one item in the reply, after its request's verdict.
@@ -160,6 +163,9 @@ func encodeItem(items []backend.Item, i int, key string) item {
 	flags := int64(it.Limit.Algorithm) + flagMode*int64(it.Mode)
 	if it.Hits > it.Limit.Capacity() || (it.Limit.Requests == 0 && it.Hits > 0) {
 		flags += flagOver
+	}
+	if it.Account && it.Hits > 0 {
+		flags += flagAccount
 	}
 	if it.Mode == backend.Quota {
 		// The distinct groups before the group's first item.

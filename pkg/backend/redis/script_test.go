@@ -42,12 +42,13 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 		algorithms.GCRA:                 "GCRA",
 	}
 	want := map[string]string{
-		"NEVER":       "-1",
-		"NEVER_US":    strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
-		"ITEM_FIELDS": strconv.Itoa(itemFields),
-		"FLAG_MODE":   strconv.Itoa(flagMode),
-		"FLAG_OVER":   strconv.Itoa(flagOver),
-		"FLAG_GROUP":  strconv.Itoa(flagGroup),
+		"NEVER":        "-1",
+		"NEVER_US":     strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
+		"ITEM_FIELDS":  strconv.Itoa(itemFields),
+		"FLAG_MODE":    strconv.Itoa(flagMode),
+		"FLAG_OVER":    strconv.Itoa(flagOver),
+		"FLAG_GROUP":   strconv.Itoa(flagGroup),
+		"FLAG_ACCOUNT": strconv.Itoa(flagAccount),
 	}
 	for _, k := range algorithms.Kinds() {
 		name, ok := luaName[k]

@@ -14,9 +14,11 @@ import (
 // Semantics (see backend.Store): items are decided in order at one instant,
 // items with the same key seeing the hits of the ones before them. The
 // request is denied when an Enforced item denies or every Quota group has a
-// denying item. A denied request charges nothing, and each of its items
-// that would have allowed reports a check (hits 0) of its key's state as it
-// stays; its denying items report their own decisions.
+// denying item. A denied request charges nothing but its usage accounting
+// (Account items, charged whatever the verdict), and each of its items that
+// would have allowed reports its key's state as it stays (allowed, with the
+// Remaining and ResetAfter of a check); its denying items report their own
+// decisions. A check (hits 0) denies when no room is left for one hit.
 func Cases() []Case {
 	fw, tb, swl, swc, gcra := algorithms.FixedWindow, algorithms.TokenBucket,
 		algorithms.SlidingWindowLog, algorithms.SlidingWindowCounter, algorithms.GCRA
@@ -53,6 +55,10 @@ func Cases() []Case {
 	k := lim(fw, 3, sec)
 	log := lim(swl, 10, sec)
 	ca, cb, cc := lim(tb, 5, sec), lim(swl, 5, sec), algorithms.Limit{Algorithm: gcra, Requests: 5, Window: sec, Burst: 10}
+	qa, ea, ba := lim(fw, 2, sec), lim(fw, 10, sec), lim(tb, 2, sec)
+	acct := func(key string, l algorithms.Limit, hits uint64) backend.Item {
+		return backend.Item{Key: key, Limit: l, Hits: hits, Mode: backend.Quota, Account: true}
+	}
 
 	return []Case{{
 		Name: "composite_minute_and_second",
@@ -114,9 +120,10 @@ func Cases() []Case {
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{shadow("s", s, 1), item("e", e, 1)},
 				Want:  ds(no(1, 0, sec, sec), ok(10, 8, sec))},
+			// A shadow check denies (no room for one hit), never the request.
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{shadow("s", s, 0)},
-				Want:  ds(ok(1, 0, sec))},
+				Want:  ds(no(1, 0, sec, sec))},
 			// A shadow item is not charged when the request is denied.
 			{At: sec, WantAllowed: false,
 				Items: []backend.Item{shadow("s", s, 1), item("blocked", blockedLimit, 1)},
@@ -164,9 +171,10 @@ func Cases() []Case {
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{item("k", k, 1), item("k", k, 2)},
 				Want:  ds(ok(3, 2, sec), ok(3, 0, sec))},
-			{At: 0, WantAllowed: true,
+			// Full: a check denies.
+			{At: 0, WantAllowed: false,
 				Items: []backend.Item{item("k", k, 0)},
-				Want:  ds(ok(3, 0, sec))},
+				Want:  ds(no(3, 0, sec, sec))},
 			{At: sec, WantAllowed: true,
 				Items: []backend.Item{item("k", k, 2), item("k", k, 0)},
 				Want:  ds(ok(3, 1, sec), ok(3, 1, sec))},
@@ -200,16 +208,49 @@ func Cases() []Case {
 			{At: 0, WantAllowed: true,
 				Items: []backend.Item{item("a", ca, 5), item("b", cb, 5), item("c", cc, 10)},
 				Want:  ds(ok(5, 0, sec), ok(5, 0, sec), ok(10, 0, 2*sec))},
-			{At: 0, WantAllowed: true,
+			// No room for one hit: checks deny, and wait for one hit's room.
+			// a: (5e6+1e6-5e6)/5; c: (1e7+1e6-1e7)/5.
+			{At: 0, WantAllowed: false,
 				Items: []backend.Item{item("a", ca, 0), item("b", cb, 0), item("c", cc, 0)},
-				Want:  ds(ok(5, 0, sec), ok(5, 0, sec), ok(10, 0, 2*sec))},
-			// a: debt 5e6-1e5*5 = 4.5e6; c: debt 1e7-5e5 = 9.5e6, +1e6 > 1e7.
+				Want:  ds(no(5, 0, 200*ms, sec), no(5, 0, sec, sec), no(10, 0, 200*ms, 2*sec))},
+			// a: debt 5e6-1e5*5 = 4.5e6, +1e6 fits at (5.5e6-5e6)/5;
+			// c: debt 1e7-5e5 = 9.5e6, +1e6 > 1e7.
 			{At: 100 * ms, WantAllowed: false,
 				Items: []backend.Item{item("a", ca, 0), item("b", cb, 0), item("c", cc, 1)},
-				Want:  ds(ok(5, 0, 900*ms), ok(5, 0, 900*ms), no(10, 0, 100*ms, 1900*ms))},
+				Want:  ds(no(5, 0, 100*ms, 900*ms), no(5, 0, 900*ms, 900*ms), no(10, 0, 100*ms, 1900*ms))},
 			{At: 200 * ms, WantAllowed: true,
 				Items: []backend.Item{item("c", cc, 1)},
 				Want:  ds(ok(10, 0, 2*sec))},
+		},
+	}, {
+		// Envoy's quota pattern: quota descriptors checked with 0 hits on
+		// the request path, the real cost charged as usage accounting when
+		// the stream is done. q: 2 per second (fixed window); e: 10 per
+		// second, an ordinary limit; b: token bucket 2 per second.
+		Name: "usage_accounting",
+		Steps: []Step{
+			{At: 0, WantAllowed: true, Items: []backend.Item{quota("q", qa, 0, 0)}, Want: ds(ok(2, 2, 0))},
+			{At: 0, WantAllowed: true, Items: []backend.Item{acct("q", qa, 1)}, Want: ds(ok(2, 1, sec))},
+			{At: 0, WantAllowed: true, Items: []backend.Item{quota("q", qa, 0, 0)}, Want: ds(ok(2, 1, sec))},
+			// 5 more than fit: charged anyway (count 6 of 2); the quota group
+			// is over, so the verdict is denied, which Envoy ignores here.
+			{At: 0, WantAllowed: false, Items: []backend.Item{acct("q", qa, 5)}, Want: ds(no(2, 0, sec, sec))},
+			{At: 100 * ms, WantAllowed: false, Items: []backend.Item{quota("q", qa, 0, 0)}, Want: ds(no(2, 0, 900*ms, 900*ms))},
+			// A new window starts fresh (fixed_window).
+			{At: sec, WantAllowed: true, Items: []backend.Item{quota("q", qa, 0, 0)}, Want: ds(ok(2, 2, 0))},
+			// A request denied by an ordinary limit still charges its usage
+			// accounting, and nothing else.
+			{At: sec, WantAllowed: false,
+				Items: []backend.Item{acct("q", qa, 1), item("e", ea, 1), item("blocked", blockedLimit, 1)},
+				Want:  ds(ok(2, 1, sec), ok(10, 10, 0), blocked)},
+			{At: sec, WantAllowed: true,
+				Items: []backend.Item{acct("q", qa, 1), item("e", ea, 1)},
+				Want:  ds(ok(2, 0, sec), ok(10, 9, sec))},
+			// Token bucket: 6 against a capacity of 2 is debt 6e6 token·µs;
+			// one hit fits again at debt 1e6: (6e6-1e6)/2 µs; full at 6e6/2.
+			{At: 0, WantAllowed: false, Items: []backend.Item{acct("b", ba, 6)}, Want: ds(no(2, 0, 2500*ms, 3*sec))},
+			{At: 2500*ms - us, WantAllowed: false, Items: []backend.Item{quota("b", ba, 0, 0)}, Want: ds(no(2, 0, us, 500*ms+us))},
+			{At: 2500 * ms, WantAllowed: true, Items: []backend.Item{quota("b", ba, 0, 0)}, Want: ds(ok(2, 1, 500*ms))},
 		},
 	}, {
 		Name: "empty_request",

@@ -17,11 +17,9 @@ func (m Model) Apply(items []backend.Item, now time.Time) ([]algorithms.Decision
 	tx, keys := NewTxn(items, func(key string) algorithms.State { return m[key] })
 	out := make([]algorithms.Decision, len(items))
 	allowed := backend.Transact(tx, items, now.UnixMicro(), backend.WholeRequest, out)
-	if allowed {
-		for j, k := range keys {
-			if tx.Charged[j] {
-				m[k] = tx.Next[j]
-			}
+	for j, k := range keys {
+		if tx.Charged[j] {
+			m[k] = tx.Next[j]
 		}
 	}
 	return out, allowed

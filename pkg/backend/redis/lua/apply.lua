@@ -20,7 +20,7 @@
 local FIXED, BUCKET, LOG, COUNTER, GCRA = 0, 1, 2, 3, 4
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
 local ITEM_FIELDS = 6
-local FLAG_MODE, FLAG_OVER, FLAG_GROUP = 8, 64, 256
+local FLAG_MODE, FLAG_OVER, FLAG_ACCOUNT, FLAG_GROUP = 8, 64, 128, 256
 local NEVER = -1
 local NEVER_US = 9223372036854775 -- algorithms.Never in µs
 local EXACT = 9007199254740992 -- 2^53
@@ -259,6 +259,14 @@ end
 
 -- The algorithms return allowed, remaining, retry_after, reset_after and
 -- the new state (at, count, prev, level; for the log: at, count, drop).
+-- A check (hits 0) is decided as one hit (probe), as in pkg/algorithms.
+
+local function probe(hits)
+	if hits < 1 then
+		return 1
+	end
+	return hits
+end
 
 local function fixed_window(req, w, ki, now, hits, over)
 	local at, cnt = s_at[ki], s_count[ki]
@@ -275,7 +283,7 @@ local function fixed_window(req, w, ki, now, hits, over)
 	end
 	local left = sub0(req, count)
 	local e = micros(w - (now - start))
-	if over or hits > left then
+	if over or probe(hits) > left then
 		local retry, reset = e, e
 		if over then
 			retry = NEVER
@@ -329,16 +337,17 @@ local function sliding_counter(req, w, ki, now, hits, over)
 	elseif prev > 0 then
 		reset = w - elapsed
 	end
-	if over or hits > sub0(req, cur) or used + hits * fw > full then
+	local p = probe(hits)
+	if over or p > sub0(req, cur) or used + p * fw > full then
 		local retry
-		if over then
+		if over or p > req then
 			retry = NEVER
-		elseif hits <= sub0(req, cur) then
-			local need = (req - cur - hits) * fw
+		elseif p <= sub0(req, cur) then
+			local need = (req - cur - p) * fw
 			local e = w - floor_div(need, prev, w)
 			retry = micros(e - elapsed)
 		else
-			local need = (req - hits) * fw
+			local need = (req - p) * fw
 			local e = w - floor_div(need, cur, w)
 			retry = micros(w + e - elapsed)
 		end
@@ -364,10 +373,11 @@ local function bucket(req, w, capacity, ki, now, hits, over)
 		debt = 0
 	end
 	local need = debt + hits * fw
-	if over or need > full then
+	local p = probe(hits)
+	if over or p > capacity or debt + p * fw > full then
 		local retry = NEVER
-		if not over then
-			retry = ceil_micros((need - full) / rate)
+		if not over and p <= capacity then
+			retry = ceil_micros((debt + p * fw - full) / rate)
 		end
 		return false, floor_u((full - debt) / fw), retry, ceil_micros(debt / rate)
 	end
@@ -390,15 +400,18 @@ local function sliding_log(req, w, ki, now, hits, over)
 		drop = drop + 1
 	end
 	local left = sub0(req, count)
-	if over or hits > left then
+	local p = probe(hits)
+	if over or p > left then
 		local retry, reset = 0, 0
 		if count > 0 then -- entries are left; the newest is at s_prev
 			reset = micros(s_prev[ki] + w - now)
 		end
-		if over then
+		if over or p > req then
 			retry = NEVER
 		else
-			local need, freed, i = hits - left, 0, 1
+			-- The count must come down to req-p (it may be above req after
+			-- usage accounting).
+			local need, freed, i = count + p - req, 0, 1
 			while true do
 				local eat, eh = log_at(ki, drop, i)
 				if not eat then
@@ -428,9 +441,7 @@ end
 
 local function decide(alg, req, w, capacity, ki, now, hits, over)
 	if req == 0 then
-		if hits == 0 then
-			return true, 0, 0, 0, s_at[ki], s_count[ki], s_prev[ki], (alg == LOG) and l_drop[ki] or s_level[ki]
-		end
+		-- Nothing is allowed, not even a check (no room for one hit).
 		return false, 0, NEVER, 0
 	end
 	if alg == FIXED then
@@ -443,6 +454,60 @@ local function decide(alg, req, w, capacity, ki, now, hits, over)
 	return sliding_counter(req, w, ki, now, hits, over)
 end
 
+-- force mirrors the accounting branch of pkg/algorithms (Account): the
+-- state after hits that did not fit were charged anyway, as at, count,
+-- prev, level (for the log: at, count, last, drop), and for the log
+-- whether the charge is recorded as an entry (only while the log has room;
+-- a full log saturates). req > 0.
+local function force(alg, req, w, ki, now, hits)
+	local at = s_at[ki]
+	if alg == FIXED or alg == COUNTER then
+		local start = now - fmod(now, w)
+		if start < at then
+			start = at
+		end
+		local cur, prev = 0, 0
+		if start == at then
+			cur, prev = s_count[ki], s_prev[ki]
+		elseif start - w == at then
+			prev = s_count[ki]
+		end
+		if alg == FIXED then
+			prev = 0
+		end
+		return start, cur + hits, prev, 0, false
+	elseif alg == BUCKET or alg == GCRA then
+		if now < at then
+			now = at
+		end
+		local debt = s_level[ki] - (now - at) * req
+		if debt < 0 then
+			debt = 0
+		end
+		return now, 0, 0, debt + hits * w, false
+	end
+	if now < at then
+		now = at
+	end
+	local count, drop = s_count[ki], l_drop[ki]
+	local edge = now - w
+	while true do
+		local eat, eh = log_at(ki, drop, 1)
+		if not eat or eat > edge then
+			break
+		end
+		count = count - eh
+		drop = drop + 1
+	end
+	if count < req then -- room in the log: record the whole charge
+		return now, count + hits, now, drop, true
+	end
+	local last = s_prev[ki]
+	if count == 0 then
+		last = 0
+	end
+	return now, count, last, drop, false
+end
 
 -- reply writes an item's decision at out[o+1..o+4]: allowed + 2*hi, lo,
 -- retry_after, reset_after, where remaining = hi*2^32 + lo (hi = 2^32 for
@@ -591,6 +656,7 @@ local function apply(keys, args)
 			local alg = flags % FLAG_MODE
 			local mode = floor(flags / FLAG_MODE) % FLAG_MODE
 			local over = floor(flags / FLAG_OVER) % 2 == 1
+			local acct = floor(flags / FLAG_ACCOUNT) % 2 == 1
 			if alg > GCRA or mode > QUOTA then
 				fail("envoy-rls: unknown algorithm or mode in flags " .. A[p + 1])
 			end
@@ -600,10 +666,18 @@ local function apply(keys, args)
 				fail("envoy-rls: items of key " .. K[ki] .. " use different algorithms")
 			end
 			local ok, rem, retry, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
-			if ok then
-				-- A request of one item commits exactly when it is allowed:
-				-- it needs no undo.
-				if n > 1 and tgen[ki] ~= RQ then
+			local charge, push = ok, hits > 0 and req > 0
+			if not ok and acct and req > 0 then
+				-- Usage accounting: charged although it does not fit.
+				nat, nc, np, nl, push = force(alg, req, w, ki, now, hits)
+				charge = true
+			end
+			if charge then
+				-- A request of one item that allows commits exactly when
+				-- it is allowed: it needs no undo. (One that is accounted
+				-- without fitting may not commit, and is charged again
+				-- from the state before it.)
+				if (n > 1 or not ok) and tgen[ki] ~= RQ then
 					tgen[ki] = RQ
 					u_n = u_n + 1
 					u_keys[u_n] = ki
@@ -612,13 +686,19 @@ local function apply(keys, args)
 				end
 				if alg == LOG then
 					s_at[ki], s_count[ki], s_prev[ki], l_drop[ki] = nat, nc, np, nl
-					if hits > 0 and req > 0 then
+					if push then
 						local k = l_np[ki] + 1
 						l_np[ki] = k
 						l_push[ki][2 * k - 1], l_push[ki][2 * k] = nat, hits -- nat: now, not before the state's at
 					end
 				else
 					s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = nat, nc, np, nl
+				end
+				if not ok then
+					-- Accounted: the decision is a check of the state after
+					-- the charge, denied.
+					local _
+					_, rem, retry, reset = decide(alg, req, w, capacity, ki, now, 0, false)
 				end
 				resets[ki] = reset
 				if dgen[ki] ~= G then
@@ -670,12 +750,44 @@ local function apply(keys, args)
 				dgen[dl[j]] = 0
 			end
 			dn = dn0
+			-- Only usage accounting is charged: charge it again (its replies
+			-- stay the ones the verdict was made of), and report the other
+			-- allowing items' state as it stays.
 			local q = first
 			for i = 1, n do
-				if ok_[i] then
-					local _, rem, retry, reset = decide(tonum(A[q + 1]) % FLAG_MODE, tonum(A[q + 2]), tonum(A[q + 3]),
-						tonum(A[q + 4]), tonum(A[q]), now, 0, false)
-					reply(commit_at + 4 * (i - 1), true, rem, retry, reset)
+				local ki, flags, req, w, capacity, hits = tonum(A[q]), tonum(A[q + 1]), tonum(A[q + 2]),
+					tonum(A[q + 3]), tonum(A[q + 4]), tonum(A[q + 5])
+				local alg = flags % FLAG_MODE
+				if floor(flags / FLAG_ACCOUNT) % 2 == 1 and req > 0 then
+					local over = floor(flags / FLAG_OVER) % 2 == 1
+					local ok, _, _, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
+					local push = hits > 0
+					if not ok then
+						nat, nc, np, nl, push = force(alg, req, w, ki, now, hits)
+					end
+					if alg == LOG then
+						s_at[ki], s_count[ki], s_prev[ki], l_drop[ki] = nat, nc, np, nl
+						if push then
+							local k = l_np[ki] + 1
+							l_np[ki] = k
+							l_push[ki][2 * k - 1], l_push[ki][2 * k] = nat, hits
+						end
+					else
+						s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = nat, nc, np, nl
+					end
+					if not ok then
+						local _
+						_, _, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+					end
+					resets[ki] = reset
+					if dgen[ki] ~= G then
+						dgen[ki] = G
+						dn = dn + 1
+						dl[dn] = ki
+					end
+				elseif ok_[i] then
+					local _, rem, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+					reply(commit_at + 4 * (i - 1), true, rem, 0, reset)
 				end
 				q = q + ITEM_FIELDS
 			end
