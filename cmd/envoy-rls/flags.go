@@ -44,6 +44,8 @@ type options struct {
 	HTTPWriteTimeout          time.Duration
 	HTTPIdleTimeout           time.Duration
 
+	ResponseDynamicMetadata bool
+
 	RedisURL            string
 	RedisSentinel       string
 	RedisSentinelMaster string
@@ -100,6 +102,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
+	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return dynamic_metadata as the reference does with RESPONSE_DYNAMIC_METADATA=true: domain, descriptors, hitsAddend and the metadata of the passed descriptors")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", time.Hour, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")

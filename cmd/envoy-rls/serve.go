@@ -130,17 +130,18 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		return s, err
 	}
 	s.svc = rls.New(s.store, cfg, rls.Options{
-		FailureMode:     o.FailureMode,
-		BackendTimeout:  o.BackendTimeout,
-		ShadowMode:      o.ShadowMode,
-		ResponseHeaders: o.ResponseHeaders,
-		OverLimitBody:   overLimitBody,
-		NearLimitRatio:  o.NearLimitRatio,
-		Tracer:          s.tracing.Tracer,
-		Propagator:      s.tracing.Propagator,
-		Logger:          log,
-		Metrics:         s.metrics,
-		LogInterval:     o.BackendFailureLogInterval,
+		FailureMode:             o.FailureMode,
+		BackendTimeout:          o.BackendTimeout,
+		ShadowMode:              o.ShadowMode,
+		ResponseHeaders:         o.ResponseHeaders,
+		OverLimitBody:           overLimitBody,
+		NearLimitRatio:          o.NearLimitRatio,
+		Tracer:                  s.tracing.Tracer,
+		Propagator:              s.tracing.Propagator,
+		Logger:                  log,
+		Metrics:                 s.metrics,
+		LogInterval:             o.BackendFailureLogInterval,
+		ResponseDynamicMetadata: o.ResponseDynamicMetadata,
 	})
 
 	if o.ConfigXDS != "" {

@@ -56,7 +56,13 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 			if l.Shadow || (p.node != nil && p.node.ShadowMode) {
 				m = backend.Shadow
 			}
-			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition})
+			// Hits charged to a quota_mode descriptor are usage accounting:
+			// Envoy's quota pattern checks with 0 hits on the request path
+			// and reports the real cost when the stream is done, which
+			// nothing can refuse any more, so it is charged even when it
+			// does not fit.
+			acct := hits > 0 && p.node != nil && p.node.QuotaMode
+			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition, Account: acct})
 			sc.owners = append(sc.owners, owner{desc: i, limit: l})
 		}
 	}

@@ -1,8 +1,6 @@
 package rls
 
 import (
-	"fmt"
-
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -30,6 +28,13 @@ func (s *Service) plan(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 	for _, d := range req.Descriptors {
 		p := plan{}
 		if dom == nil {
+			sc.plans = append(sc.plans, p)
+			continue
+		}
+		if empty(d) {
+			// One odd descriptor from a route action must not turn off
+			// limiting for the others: it is answered as matching nothing,
+			// and counted and logged (at debug) as unmatched.
 			sc.plans = append(sc.plans, p)
 			continue
 		}
@@ -98,6 +103,20 @@ func (s *Service) plan(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 	}
 }
 
+// empty reports a descriptor that can match no limit: no entries, or an
+// entry whose key is empty.
+func empty(d *commonv3.RateLimitDescriptor) bool {
+	if len(d.GetEntries()) == 0 {
+		return true
+	}
+	for _, e := range d.Entries {
+		if e.GetKey() == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // overrideLimit builds the limit of a request-supplied override. Like the
 // reference it is never in shadow mode; it uses the domain's default
 // algorithm.
@@ -114,7 +133,11 @@ func overrideLimit(dom *descriptors.Domain, o *commonv3.RateLimitDescriptor_Rate
 		Unit:            unitName(o.Unit),
 		RequestsPerUnit: o.RequestsPerUnit,
 		Limit:           l,
-		ID:              fmt.Sprintf("override/%s/%d/%d", l.Algorithm, l.Requests, w.Microseconds()),
+		// The descriptor's counter, as in the reference: an override shares
+		// it with the configured limit of the same algorithm and window
+		// (and with other overrides of that window), so usage carries over
+		// whatever count each request asks for.
+		ID: descriptors.CounterID(l, 0),
 	}
 }
 

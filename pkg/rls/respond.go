@@ -15,7 +15,8 @@ import (
 )
 
 // respond builds the response from the decisions.
-func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateLimitResponse {
+func (s *Service) respond(sc *scratch, req *rlsv3.RateLimitRequest, allowed bool) *rlsv3.RateLimitResponse {
+	domain := req.Domain
 	a := newResponse(len(sc.plans))
 	resp := a.resp
 	if !allowed {
@@ -59,33 +60,101 @@ func (s *Service) respond(sc *scratch, domain string, allowed bool) *rlsv3.RateL
 				wait = sc.items[best].Limit.Window
 			}
 		}
+		if l := &sc.items[best].Limit; l.Algorithm == algorithms.FixedWindow {
+			// As the reference: the time to the end of the window, in every
+			// status (checked, uncharged, or never passing).
+			wait = s.windowEnd(d, bestDenied, l.Window)
+		}
 		st.DurationUntilReset = a.durations[i]
 		st.DurationUntilReset.Seconds = int64(wait / time.Second)
 		st.DurationUntilReset.Nanos = int32(wait % time.Second)
-		if st.Code == rlsv3.RateLimitResponse_OK && p.node != nil && p.node.Metadata != nil {
-			meta = mergeMetadata(meta, p.node.Metadata)
-		}
 	}
 	if s.opts.ResponseHeaders&HeadersLegacy != 0 {
 		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
 	}
-	if meta != nil {
-		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
-			"metadata": structpb.NewStructValue(meta),
-		}}
+	if s.opts.ResponseDynamicMetadata {
+		for i := range sc.plans {
+			p := &sc.plans[i]
+			// Passed: not over the limit, and not unlimited (as the reference).
+			if !p.unlimited && resp.Statuses[i].Code == rlsv3.RateLimitResponse_OK && p.node != nil && p.node.Metadata != nil {
+				meta = mergeMetadata(meta, p.node.Metadata)
+			}
+		}
+		resp.DynamicMetadata = requestMetadata(req, meta)
 	}
 	return resp
 }
 
-// mergeMetadata merges src into dst; keys already in dst win, as in the
-// reference server.
+// windowEnd is the time to the end of a fixed window of length w, for the
+// decision d: from the decision when it says (a denial that can pass later
+// waits exactly that long; a window with hits resets then), else from the
+// service's clock (epoch-aligned, as the algorithm counts).
+func (s *Service) windowEnd(d *algorithms.Decision, denied bool, w time.Duration) time.Duration {
+	switch {
+	case denied && d.RetryAfter > 0 && d.RetryAfter != algorithms.Never:
+		return d.RetryAfter
+	case d.ResetAfter > 0 && d.ResetAfter != algorithms.Never:
+		return d.ResetAfter
+	}
+	us := w.Microseconds()
+	if us < 1 {
+		return w
+	}
+	now := s.opts.Clock.Now().UnixMicro()
+	return time.Duration(us-now%us) * time.Microsecond
+}
+
+// requestMetadata is the reference's dynamic metadata: the domain, the
+// descriptors, the request's hits_addend when set, and the merged metadata
+// of the passed descriptors when there is any.
+func requestMetadata(req *rlsv3.RateLimitRequest, meta *structpb.Struct) *structpb.Struct {
+	descs := make([]*structpb.Value, 0, len(req.Descriptors))
+	for _, d := range req.Descriptors {
+		if d == nil {
+			continue
+		}
+		entries := make([]*structpb.Value, len(d.Entries))
+		for i, e := range d.Entries {
+			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if d.Limit != nil {
+			f["limit"] = structpb.NewStringValue(d.Limit.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields := map[string]*structpb.Value{
+		"domain":      structpb.NewStringValue(req.Domain),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
+	}
+	if req.HitsAddend != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(req.HitsAddend))
+	}
+	if len(meta.GetFields()) > 0 {
+		fields["metadata"] = structpb.NewStructValue(meta)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata merges src into dst, as the reference server does: keys
+// already in dst win, except that two mappings under one key merge the same
+// way. dst is a fresh copy where it changes, never the config's own value.
 func mergeMetadata(dst, src *structpb.Struct) *structpb.Struct {
 	if dst == nil {
 		dst = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}
 	for k, v := range src.Fields {
-		if _, ok := dst.Fields[k]; !ok {
+		have, ok := dst.Fields[k]
+		if !ok {
 			dst.Fields[k] = v
+			continue
+		}
+		if hs, vs := have.GetStructValue(), v.GetStructValue(); hs != nil && vs != nil {
+			merged := mergeMetadata(nil, hs) // copy: hs may be the config's
+			dst.Fields[k] = structpb.NewStructValue(mergeMetadata(merged, vs))
 		}
 	}
 	return dst

@@ -108,6 +108,20 @@ type Options struct {
 	// OVER_LIMIT, metrics count the decisions, and nothing of a request
 	// that the limits deny is charged. For trying a config in production.
 	ShadowMode bool
+	// ResponseDynamicMetadata returns dynamic_metadata as the reference
+	// server does with RESPONSE_DYNAMIC_METADATA=true: the domain, every
+	// descriptor (its entries as "key=value", its limit override and
+	// hits_addend when set), the request's hits_addend when set, and the
+	// config metadata of the descriptors that passed, merged (the first
+	// descriptor wins on conflicts, nested mappings merge). Off: no dynamic
+	// metadata.
+	ResponseDynamicMetadata bool
+	// Clock tells the time to the end of a fixed window when no decision
+	// says it (a check of an empty window, a limit of 0, a request that can
+	// never pass). The default is the wall clock, which is also the memory
+	// store's; with Redis the windows follow Redis's TIME, which may differ
+	// from it by the clocks' skew.
+	Clock backend.Clock
 	// ResponseHeaders selects the quota fields added to every response
 	// with a limit (see HeaderMode). Retry-After is added to every
 	// OVER_LIMIT answer whatever it says.
@@ -165,6 +179,9 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	s.fails = newFailureLog(s.log, s.opts.LogInterval, s.opts.FailureMode, s.opts.BackendTimeout)
 	s.unknown = newSampleLog(s.log, "unknown domain: allowed without limits", time.Second)
 	s.unmatched = newSampleLog(s.log, "descriptor matches no rule: allowed without limit", time.Second)
+	if s.opts.Clock == nil {
+		s.opts.Clock = backend.MonotonicClock()
+	}
 	s.config.Store(cfg)
 	s.rules.Store(new(ruleNames))
 	s.pool.New = func() any { return new(scratch) }
@@ -281,7 +298,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		s.fails.success()
 	}
-	resp = s.respond(sc, req.Domain, allowed)
+	resp = s.respond(sc, req, allowed)
 	code := "ok"
 	if !allowed {
 		code = "over_limit"

@@ -171,8 +171,6 @@ func TestInvalidRequests(t *testing.T) {
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"empty domain":   {Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "a")}},
 		"no descriptors": {Domain: "d"},
-		"no entries":     {Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{}}},
-		"empty key":      {Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("", "a")}},
 		"unknown unit": {Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{
 			Entries: desc("user", "a").Entries,
 			Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_UNKNOWN},
@@ -391,7 +389,7 @@ func TestLimitOverride(t *testing.T) {
 }
 
 func TestMetadataOfPassedDescriptors(t *testing.T) {
-	h := start(t, featuresYAML, rls.Options{})
+	h := start(t, featuresYAML, rls.Options{ResponseDynamicMetadata: true})
 	r := h.call(t, "f", desc("tagged", "x"))
 	got := r.DynamicMetadata.GetFields()["metadata"].GetStructValue().GetFields()["plan"].GetStringValue()
 	if got != "gold" {
@@ -400,6 +398,11 @@ func TestMetadataOfPassedDescriptors(t *testing.T) {
 	r = h.call(t, "f", desc("tagged", "x"))
 	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.DynamicMetadata.GetFields()["metadata"] != nil {
 		t.Fatalf("denied descriptor returned metadata: %v", r)
+	}
+	// Off (the default): no dynamic metadata at all, as the reference.
+	h = start(t, featuresYAML, rls.Options{})
+	if r := h.call(t, "f", desc("tagged", "x")); r.DynamicMetadata != nil {
+		t.Fatalf("metadata without the option: %v", r.DynamicMetadata)
 	}
 }
 

@@ -21,7 +21,9 @@ const (
 )
 
 // validate checks what the proto cannot: the request must name a domain and
-// carry at least one descriptor, each with at least one entry with a key.
+// carry at least one descriptor, within the size limits. A descriptor
+// without entries, or with an entry whose key is empty, is not an error:
+// like the reference, it matches no limit (see empty).
 func validate(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.GetDomain() == "":
@@ -34,19 +36,16 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		return fmt.Errorf("request has %d descriptors, more than %d", len(req.Descriptors), MaxDescriptors)
 	}
 	for i, d := range req.Descriptors {
-		if d == nil || len(d.Entries) == 0 {
-			return fmt.Errorf("descriptor %d has no entries", i)
-		}
-		if len(d.Entries) > MaxEntries {
+		if len(d.GetEntries()) > MaxEntries {
 			return fmt.Errorf("descriptor %d has %d entries, more than %d", i, len(d.Entries), MaxEntries)
 		}
-		for j, e := range d.Entries {
-			switch {
-			case e == nil || e.Key == "":
-				return fmt.Errorf("descriptor %d entry %d has an empty key", i, j)
-			case len(e.Key) > MaxFieldBytes || len(e.Value) > MaxFieldBytes:
+		for j, e := range d.GetEntries() {
+			if len(e.GetKey()) > MaxFieldBytes || len(e.GetValue()) > MaxFieldBytes {
 				return fmt.Errorf("descriptor %d entry %d is longer than %d bytes", i, j, MaxFieldBytes)
 			}
+		}
+		if d == nil {
+			continue
 		}
 		if o := d.Limit; o != nil {
 			if _, err := overrideWindow(o); err != nil {
