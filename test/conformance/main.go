@@ -160,9 +160,10 @@ func replay(tg target, sc *scenario, dir string) ([]result, error) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sent := time.Now()
 		resp, err := rlsv3.NewRateLimitServiceClient(srv.conn).ShouldRateLimit(ctx, req)
 		cancel()
-		out = append(out, result{fields: normalize(resp, err)})
+		out = append(out, result{fields: normalize(resp, err, sent)})
 		if err == nil {
 			last = resp
 		}
@@ -184,7 +185,16 @@ func waitForWindow(sc *scenario) {
 	}
 }
 
-func normalize(resp *rlsv3.RateLimitResponse, err error) map[string]string {
+// phase turns a duration until reset, reported for a request sent at sent,
+// into the second of the minute at which it ends: the servers under test run
+// one after the other, so the same window end is compared, not the same
+// count down ("~S", S in 0..59; equal allows one second either way).
+func phase(sent time.Time, d time.Duration) string {
+	end := sent.Add(d).Round(time.Second)
+	return "~" + strconv.FormatInt(end.Unix()%60, 10)
+}
+
+func normalize(resp *rlsv3.RateLimitResponse, err error, sent time.Time) map[string]string {
 	f := map[string]string{}
 	if err != nil {
 		f["error"] = status.Code(err).String()
@@ -202,9 +212,7 @@ func normalize(resp *rlsv3.RateLimitResponse, err error) map[string]string {
 		}
 		f[p+"remaining"] = strconv.FormatUint(uint64(st.LimitRemaining), 10)
 		if d := st.DurationUntilReset; d != nil {
-			// The reference reports whole seconds; round up.
-			dur := d.AsDuration()
-			f[p+"reset"] = "~" + strconv.FormatInt(int64((dur+time.Second-1)/time.Second), 10)
+			f[p+"reset"] = phase(sent, d.AsDuration())
 		} else {
 			f[p+"reset"] = "none"
 		}
@@ -213,7 +221,9 @@ func normalize(resp *rlsv3.RateLimitResponse, err error) map[string]string {
 	for _, h := range resp.ResponseHeadersToAdd {
 		v := h.Value
 		if strings.EqualFold(h.Key, "RateLimit-Reset") {
-			v = "~" + v
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				v = phase(sent, time.Duration(n)*time.Second)
+			}
 		}
 		hs = append(hs, h.Key+"="+v)
 	}
@@ -229,8 +239,8 @@ func normalize(resp *rlsv3.RateLimitResponse, err error) map[string]string {
 	return f
 }
 
-// equal compares two field values; "~N" values (whole seconds that depend
-// on when the request ran) may differ by one.
+// equal compares two field values; "~S" values (the second of the minute
+// a window ends, see phase) may differ by one, around the minute too.
 func equal(a, b string) bool {
 	if a == b {
 		return true
@@ -238,7 +248,8 @@ func equal(a, b string) bool {
 	if strings.HasPrefix(a, "~") && strings.HasPrefix(b, "~") {
 		x, err1 := strconv.ParseInt(a[1:], 10, 64)
 		y, err2 := strconv.ParseInt(b[1:], 10, 64)
-		return err1 == nil && err2 == nil && x-y <= 1 && y-x <= 1
+		d := ((x-y)%60 + 60) % 60
+		return err1 == nil && err2 == nil && (d <= 1 || d == 59)
 	}
 	return false
 }

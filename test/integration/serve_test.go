@@ -68,8 +68,8 @@ func TestReadmeCurlSession(t *testing.T) {
 		t.Fatalf("status lacks its limit: %s", out)
 	}
 	// A bad request is a 400 with the reason.
-	code, out = p.postJSON(t, `{"domain":"example","descriptors":[{"entries":[{"key":"","value":"x"}]}]}`)
-	if code != 400 || !strings.Contains(out, "empty key") {
+	code, out = p.postJSON(t, `{"domain":"","descriptors":[{"entries":[{"key":"path","value":"/x"}]}]}`)
+	if code != 400 || !strings.Contains(out, "domain must not be empty") {
 		t.Fatalf("invalid request: HTTP %d %q", code, out)
 	}
 	// GET /metrics serves Prometheus text with our counters.
@@ -83,7 +83,9 @@ func TestReadmeCurlSession(t *testing.T) {
 // client: tiers, composite limits, gcra with burst, unlimited, shadow mode,
 // InvalidArgument, health.
 func TestGRPCScenarios(t *testing.T) {
-	p := startServe(t, nil, "--config", repoFile("examples", "ratelimit.yaml"))
+	// The reference's RESPONSE_DYNAMIC_METADATA, through its environment
+	// variable.
+	p := startServe(t, []string{"ENVOY_RLS_RESPONSE_DYNAMIC_METADATA=true"}, "--config", repoFile("examples", "ratelimit.yaml"))
 	c := p.client()
 	ctx := ctxT(t)
 	call := func(ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
