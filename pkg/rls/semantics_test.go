@@ -3,6 +3,7 @@ package rls_test
 import (
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,27 +23,31 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
-// onBothStores runs f against a service on the memory store and on the
-// Redis store (a redis-server of its own), both on a fake clock at base.
-func onBothStores(t *testing.T, yaml string, opts rls.Options, f func(t *testing.T, h *harness)) {
+// onBothStores runs f against a service on the memory store, on a fake
+// clock at base (fake is true), and on the Redis store with a redis-server
+// of its own, which counts on Redis's TIME (fake is false: f must not
+// advance the clock or expect durations then). For Redis, every minute and
+// hour window of yaml becomes a window of ten years, so that no window ends
+// while the test runs (the next ten-year boundary is in 2030).
+func onBothStores(t *testing.T, yaml string, opts rls.Options, f func(t *testing.T, h *harness, fake bool)) {
 	t.Run("memory", func(t *testing.T) {
 		clock := testutil.NewClock(base)
 		store := memory.New(memory.WithClock(clock))
 		t.Cleanup(func() { store.Close() })
-		f(t, serve(t, yaml, opts, store, clock))
+		f(t, serve(t, yaml, opts, store, clock), true)
 	})
 	t.Run("redis", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("starts redis-server")
 		}
 		srv := redistest.StartStandalone(t)
-		clock := testutil.NewClock(base)
-		store, err := redis.New(redis.Options{URL: srv.URL(), Clock: clock, LocalDenyCache: true})
+		store, err := redis.New(redis.Options{URL: srv.URL(), LocalDenyCache: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		f(t, serve(t, yaml, opts, store, clock))
+		long := strings.NewReplacer("unit: minute", "window: 87600h", "unit: hour", "window: 87600h").Replace(yaml)
+		f(t, serve(t, long, opts, store, testutil.NewClock(base)), false)
 	})
 }
 
@@ -96,7 +101,7 @@ descriptors:
 // larger than what remains is accounted, so later checks deny until the
 // window ends.
 func TestTokenQuotaHoldsTheQuota(t *testing.T) {
-	onBothStores(t, quotaYAML, rls.Options{}, func(t *testing.T, h *harness) {
+	onBothStores(t, quotaYAML, rls.Options{}, func(t *testing.T, h *harness, fake bool) {
 		check := func() *rlsv3.RateLimitResponse {
 			return h.call(t, "rl", withHits(desc("service", "service_2"), 0))
 		}
@@ -112,8 +117,17 @@ func TestTokenQuotaHoldsTheQuota(t *testing.T) {
 			t.Fatalf("%d requests passed, want 2 (2 per minute)", passed)
 		}
 		r := check()
-		if st := r.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() != 50*time.Second {
+		if st := r.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.LimitRemaining != 0 || (fake && st.DurationUntilReset.AsDuration() != 50*time.Second) {
 			t.Fatalf("check after the quota is used: %v", r)
+		}
+		if !fake {
+			// A charge larger than what remains is still counted: 5 more
+			// keep the check denied, and usage is now 7 of 2.
+			h.call(t, "rl", withHits(desc("service", "service_2"), 5))
+			if r := check(); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("check after a charge of 5 more: %v", r)
+			}
+			return
 		}
 
 		// Next window: one check passes, and its stream reports 5.
@@ -142,7 +156,7 @@ func TestTokenQuotaHoldsTheQuota(t *testing.T) {
 // service named in the metadata of the passed descriptors and charges that
 // service when the stream is done. Each service gets exactly its quota.
 func TestMultiServiceTokenQuotaHoldsTheQuota(t *testing.T) {
-	onBothStores(t, quotaYAML, rls.Options{ResponseDynamicMetadata: true}, func(t *testing.T, h *harness) {
+	onBothStores(t, quotaYAML, rls.Options{ResponseDynamicMetadata: true}, func(t *testing.T, h *harness, fake bool) {
 		served := map[string]int{}
 		for i := 0; i < 8; i++ {
 			r := h.call(t, "rl", withHits(desc("service", "service_1"), 0), withHits(desc("service", "service_2"), 0))
@@ -173,14 +187,18 @@ descriptors:
 // mid-window denies at once when the usage is above the new limit, and one
 // that raises it allows what is left of the new one.
 func TestLoweredLimitAppliesToUsage(t *testing.T) {
-	cfg := func(n int) *descriptors.Config {
-		c, err := descriptors.Parse("test.yaml", []byte(fmt.Sprintf(reloadYAML, n)))
-		if err != nil {
-			t.Fatal(err)
+	onBothStores(t, fmt.Sprintf(reloadYAML, 5), rls.Options{}, func(t *testing.T, h *harness, fake bool) {
+		cfg := func(n int) *descriptors.Config {
+			doc := fmt.Sprintf(reloadYAML, n)
+			if !fake { // the same window as onBothStores gives Redis
+				doc = strings.ReplaceAll(doc, "unit: minute", "window: 87600h")
+			}
+			c, err := descriptors.Parse("test.yaml", []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
 		}
-		return c
-	}
-	onBothStores(t, fmt.Sprintf(reloadYAML, 5), rls.Options{}, func(t *testing.T, h *harness) {
 		for i := 0; i < 3; i++ {
 			h.call(t, "d", desc("k", "x"))
 		}
@@ -213,7 +231,9 @@ descriptors:
 		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: u}
 		return d
 	}
-	onBothStores(t, yaml, rls.Options{}, func(t *testing.T, h *harness) {
+	// The counter is chosen in pkg/rls (the key), the same for every store.
+	h := start(t, yaml, rls.Options{})
+	{
 		want := func(d *commonv3.RateLimitDescriptor, code rlsv3.RateLimitResponse_Code, remaining uint32) {
 			t.Helper()
 			r := h.call(t, "d", d)
@@ -228,7 +248,7 @@ descriptors:
 		want(over(4, typev3.RateLimitUnit_MINUTE), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
 		// Another window is another counter.
 		want(over(4, typev3.RateLimitUnit_HOUR), rlsv3.RateLimitResponse_OK, 3)
-	})
+	}
 }
 
 // TestFixedWindowResetInEveryStatus: a fixed window reports the time to the
