@@ -202,7 +202,10 @@ var scenarios = []scenario{{
 	name:      "integration/per_second",
 	config:    basicConfig,
 	perSecond: true,
-	steps:     repeat(3, req("basic", d("key1", "foo"))),
+	// The harness compares the second of the minute a window ends; for a
+	// one-second window that second differs between the runs of the
+	// servers, so the reset of this scenario is not comparable.
+	steps: repeat(3, req("basic", d("key1", "foo")).because("per-second windows: the harness cannot align the runs' seconds")),
 }, {
 	// test/integration's reload test, and rule 3: a lowered limit applies
 	// to what was already used.
@@ -213,7 +216,8 @@ var scenarios = []scenario{{
 		one(req("reload", d("block", "x"))),
 		one(step{reload: reloadAfter}),
 		repeat(2, req("reload", d("k", "x"))),
-		repeat(2, req("reload", d("block", "x"))),
+		// The reference counted the denied hit on block (limit 0).
+		repeat(2, req("reload", d("block", "x")).because(allOrNothing)),
 	),
 }, {
 	// integration-test/scripts/replaces.sh, request by request.
@@ -221,7 +225,7 @@ var scenarios = []scenario{{
 	config: exampleConfig,
 	steps: cat(
 		one(req("rl", d("foo", "bkthomps", "bar", "banned"))),
-		one(req("rl", d("foo", "bkthomps", "bar", "banned"), d("source_cluster", "proxy", "destination_cluster", "mock"))),
+		one(req("rl", d("foo", "bkthomps", "bar", "banned"), d("source_cluster", "proxy", "destination_cluster", "mock")).because(allOrNothing)),
 		repeat(3, req("rl", d("foo", "bkthomps", "bar", "banned"), d("source_cluster", "proxy", "destination_cluster", "override"))),
 		repeat(3, req("rl", d("foo", "my_foo", "bar", "bkthomps"), d("source_cluster", "proxy", "destination_cluster", "bkthomps"))),
 		one(req("rl", d("foo", "my_foo", "bar", "bkthomps"), d("source_cluster", "proxy", "destination_cluster", "not_bkthomps"))),
@@ -275,9 +279,12 @@ var scenarios = []scenario{{
 	steps: cat(func() []step {
 		check := req("rl", d("service", "service_1").withHits(0), d("service", "service_2").withHits(0))
 		charge := step{domain: "rl", descs: []desc{{entries: []entry{{"service", ""}}, hits: u64(1), fromMeta: true}}}
-		var out []step
-		for i := 0; i < 6; i++ {
-			out = append(out, check, charge)
+		// From the second check on, service_1 (1 per minute) has no room
+		// left here, so the metadata routes to service_2 one request
+		// earlier, and each service admits exactly its quota.
+		out := []step{check, charge}
+		for i := 1; i < 6; i++ {
+			out = append(out, check.because(checkNoRoom), charge.because(checkNoRoom))
 		}
 		return out
 	}()),
