@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -370,83 +367,4 @@ func newStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.S
 		registerMemoryMetrics(reg, m)
 		return m, nil
 	}
-}
-
-// configEvent reports whether a change of the entry name (as fsnotify names
-// it) may change the config read from dir: file is the config's path when it
-// is a file, "" when the config is the directory dir. Only such changes
-// reload: a process that logs into a file next to its config would otherwise
-// reload itself every settle interval for ever (each reload logs a line).
-// Kubernetes' atomic writer entries (..data, ..data_tmp, ..TIMESTAMP) always
-// count; then, for a file, its own name; for a directory, the entries the
-// loader reads (*.yaml, *.yml, not dotfiles). Names outside dir (the parent
-// of --watch-root) are not judged here.
-func configEvent(dir, file, name string) bool {
-	name = filepath.Clean(name)
-	if filepath.Dir(name) != filepath.Clean(dir) {
-		return true
-	}
-	base := filepath.Base(name)
-	switch {
-	case strings.HasPrefix(base, ".."):
-		return true
-	case file != "":
-		return name == filepath.Clean(file)
-	case strings.HasPrefix(base, "."):
-		return false
-	}
-	ext := filepath.Ext(base)
-	return ext == ".yaml" || ext == ".yml"
-}
-
-// Reload timing: a change is reloaded once the config's files have been
-// quiet for reloadSettle and read the same twice reloadSettle apart, and
-// at the latest reloadMaxDelay after the first change when events keep
-// coming (the stability check still applies).
-const (
-	reloadSettle   = 200 * time.Millisecond
-	reloadMaxDelay = 2 * time.Second
-)
-
-// configSnapshot returns the contents of the config's files (the file, or
-// every regular file of the directory, by name), or nil when unreadable.
-func configSnapshot(path string) []byte {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil
-	}
-	if !st.IsDir() {
-		b, _ := os.ReadFile(path)
-		return b
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil
-	}
-	var all []byte
-	for _, e := range entries { // sorted by name
-		b, err := os.ReadFile(filepath.Join(path, e.Name()))
-		if err != nil {
-			continue
-		}
-		all = append(all, e.Name()...)
-		all = append(all, 0)
-		all = append(all, b...)
-		all = append(all, 0)
-	}
-	return all
-}
-
-// stableConfig reports whether the config's files read the same before and
-// after settle.
-func stableConfig(ctx context.Context, path string, settle time.Duration) bool {
-	before := configSnapshot(path)
-	t := time.NewTimer(settle)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	}
-	return bytes.Equal(before, configSnapshot(path))
 }
