@@ -256,3 +256,29 @@ func (c *command) usage(w io.Writer) {
 		fmt.Fprintf(w, "%s\n      %s\n", line, f.Usage)
 	}
 }
+
+// unknownEnv lists, one message each, the ENVOY_RLS_* variables of environ
+// that name no flag of c, so that a misspelt variable is not silently
+// ignored. The variables Kubernetes injects for a Service named envoy-rls
+// (ENVOY_RLS_SERVICE_HOST, ENVOY_RLS_SERVICE_PORT*, ENVOY_RLS_PORT*) are
+// not listed.
+func (c *command) unknownEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		rest, ok := strings.CutPrefix(name, "ENVOY_RLS_")
+		if !ok || rest == "" || rest == "PORT" || strings.HasPrefix(rest, "PORT_") || strings.HasPrefix(rest, "SERVICE_") {
+			continue
+		}
+		flagName := strings.ToLower(strings.ReplaceAll(rest, "_", "-"))
+		if c.fs.Lookup(flagName) != nil {
+			continue
+		}
+		msg := fmt.Sprintf("%s is set but names no flag of %s; it is ignored", name, c.name)
+		if near := c.nearest(flagName); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", envName(near))
+		}
+		out = append(out, msg)
+	}
+	return out
+}

@@ -136,3 +136,27 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownEnvironmentVariablesAreNamed(t *testing.T) {
+	c := newCommand("serve", "", true)
+	var backend, grpcAddr string
+	c.fs.StringVar(&backend, "backend", "", "")
+	c.fs.StringVar(&grpcAddr, "grpc-addr", "", "")
+	got := c.unknownEnv([]string{
+		"ENVOY_RLS_BAKEND=redis",          // misspelt: named, with the nearest
+		"ENVOY_RLS_BACKEND=memory",        // a flag's variable
+		"ENVOY_RLS_FROBNICATE=1",          // unknown, nothing near
+		"ENVOY_RLS_SERVICE_HOST=10.0.0.1", // Kubernetes service links
+		"ENVOY_RLS_SERVICE_PORT_GRPC=8081",
+		"ENVOY_RLS_PORT=tcp://10.0.0.1:8081",
+		"ENVOY_RLS_PORT_8081_TCP_ADDR=10.0.0.1",
+		"PATH=/bin",
+	})
+	want := []string{
+		"ENVOY_RLS_BAKEND is set but names no flag of serve; it is ignored (did you mean ENVOY_RLS_BACKEND?)",
+		"ENVOY_RLS_FROBNICATE is set but names no flag of serve; it is ignored",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("unknownEnv = %q, want %q", got, want)
+	}
+}

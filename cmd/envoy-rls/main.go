@@ -67,6 +67,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("serve", err)
 		}
+		for _, w := range o.cmd.unknownEnv(os.Environ()) {
+			fmt.Fprintf(stderr, "envoy-rls serve: warning: %s\n", w)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if err := serve(ctx, o, stderr); err != nil {

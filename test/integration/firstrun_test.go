@@ -338,3 +338,20 @@ func TestShutdownLogged(t *testing.T) {
 		t.Fatalf("want shutting down, then shutdown complete:\n%s", logs)
 	}
 }
+
+// TestUnknownEnvironmentVariableWarned: an ENVOY_RLS_* variable that names
+// no flag is not silently ignored: serve names it (and the variable it
+// probably meant) on stderr before starting. Kubernetes' service-link
+// variables for a Service named envoy-rls are not warned about.
+func TestUnknownEnvironmentVariableWarned(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	env := []string{"ENVOY_RLS_BAKEND=redis", "ENVOY_RLS_SERVICE_HOST=10.0.0.1", "ENVOY_RLS_PORT=tcp://10.0.0.1:8081"}
+	_, stderr, code := runBinary(t, env, "serve", "--config", missing, "--http-addr", "", "--grpc-addr", "127.0.0.1:0")
+	const want = "envoy-rls serve: warning: ENVOY_RLS_BAKEND is set but names no flag of serve; it is ignored (did you mean ENVOY_RLS_BACKEND?)\n"
+	if !strings.HasPrefix(stderr, want) || strings.Contains(stderr, "SERVICE_HOST") || strings.Contains(stderr, "ENVOY_RLS_PORT") {
+		t.Errorf("stderr does not start with the warning alone:\n got  %q\n want %q", stderr, want)
+	}
+	if code != 1 {
+		t.Errorf("exit %d with a missing config, want 1", code)
+	}
+}
