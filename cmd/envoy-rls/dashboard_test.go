@@ -49,7 +49,7 @@ func exported(t *testing.T) map[string]bool {
 		{Backend: "memory", MaxKeys: 10},
 		{Backend: "redis", RedisURL: "redis://127.0.0.1:1", RedisBatchSize: 1},
 	} {
-		store, err := newStore(o, rec, log)
+		store, err := newStore(o, rec, log, nil)
 		if err != nil {
 			t.Fatalf("%s store: %v", o.Backend, err)
 		}

@@ -18,7 +18,7 @@ import (
 // newRedisStore builds the Redis store from the options. It does not
 // connect: the service starts while Redis is down and the store reconnects
 // by itself.
-func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.Store, error) {
+func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
 	tlsConf, err := redisTLSConfig(o)
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger) (back
 	switch o.FailureMode {
 	case rls.FailLocal:
 		fallback = memory.New(memory.WithMaxKeys(o.MaxKeys))
-		ro.Fallback, ro.FallbackShare = fallback, o.LocalShare
+		ro.Fallback, ro.FallbackShare, ro.OnFallback = fallback, o.LocalShare, onFallback
 	case rls.FailOpen:
 		ro.CountFailedOpen = true
 	}

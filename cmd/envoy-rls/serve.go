@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -121,7 +122,15 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		overLimitBody, _ = rls.ParseBodyTemplate(o.OverLimitBody) // validated
 	}
 
-	if s.store, err = newStore(o, s.reg, log); err != nil {
+	// The store reports the requests its local fallback decided to the
+	// service's failure log, which exists only once the service does.
+	var svc atomic.Pointer[rls.Service]
+	onFallback := func(err error) {
+		if v := svc.Load(); v != nil {
+			v.BackendFallback(err)
+		}
+	}
+	if s.store, err = newStore(o, s.reg, log, onFallback); err != nil {
 		return s, err
 	}
 	s.svc = rls.New(s.store, cfg, rls.Options{
@@ -138,6 +147,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		LogInterval:             o.BackendFailureLogInterval,
 		ResponseDynamicMetadata: o.ResponseDynamicMetadata,
 	})
+	svc.Store(s.svc)
 
 	if o.ConfigXDS != "" {
 		client, err := newXDSClient(o, s.svc, s.metrics, log)
@@ -358,10 +368,10 @@ func registerMetrics(reg prometheus.Registerer) *rls.Metrics {
 }
 
 // newStore builds the configured backend.
-func newStore(o options, reg prometheus.Registerer, log *slog.Logger) (backend.Store, error) {
+func newStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
 	switch o.Backend {
 	case "redis":
-		return newRedisStore(o, reg, log)
+		return newRedisStore(o, reg, log, onFallback)
 	default:
 		m := memory.New(memory.WithMaxKeys(o.MaxKeys))
 		registerMemoryMetrics(reg, m)

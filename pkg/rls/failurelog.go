@@ -89,8 +89,11 @@ func (f *failureLog) failure(caller context.Context, err error, end budgetEnd) {
 }
 
 func (f *failureLog) answer() string {
-	if f.mode == FailClosed {
+	switch f.mode {
+	case FailClosed:
 		return "UNAVAILABLE"
+	case FailLocal:
+		return "decided on the embedded store (UNAVAILABLE when it cannot decide)"
 	}
 	return "OK"
 }
@@ -226,4 +229,14 @@ func budgetEnded(ctx, bctx context.Context, err error) budgetEnd {
 		return endedByCaller
 	}
 	return endedByTimeout
+}
+
+// BackendFallback records a request that the store decided without its
+// shared backend (failure mode local: the embedded store decided it), so
+// that the outage is logged and summarised as the failures the store
+// returns are. err is the shared backend's error.
+func (s *Service) BackendFallback(err error) {
+	if s.fails != nil {
+		s.fails.failure(context.Background(), err, notEnded)
+	}
 }

@@ -32,6 +32,7 @@ func (r *Store) initDegraded(opts Options) error {
 		return errors.New("redis: write-back keys must not be negative")
 	}
 	r.fallback = opts.Fallback
+	r.onFallback = opts.OnFallback
 	r.share = opts.FallbackShare
 	if r.share == 0 {
 		r.share = 1
@@ -86,6 +87,9 @@ func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision
 			return false, fmt.Errorf("%w (fallback: %v)", err, ferr)
 		}
 		r.localDecisions.Add(1)
+		if r.onFallback != nil {
+			r.onFallback(err)
+		}
 		if allowed {
 			for i, it := range items {
 				if it.Hits > 0 && out[i].Allowed {

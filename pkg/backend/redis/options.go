@@ -103,6 +103,11 @@ type Options struct {
 	// without an error. The store does not close Fallback.
 	Fallback      backend.Store
 	FallbackShare float64
+	// OnFallback, when set, is called with Redis's error each time
+	// Fallback decided a request, so that the caller can report the outage
+	// (Apply returns no error then). It runs on the request's goroutine and
+	// must be quick.
+	OnFallback func(err error)
 	// CountFailedOpen writes back the hits of the requests that fail (the
 	// caller answers OK by its failure mode allow), so that they are
 	// counted in Redis once it answers again.

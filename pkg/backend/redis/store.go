@@ -80,6 +80,7 @@ type Store struct {
 
 	// Degraded mode: see degrade.go.
 	fallback        backend.Store // nil: none (Options.Fallback)
+	onFallback      func(error)   // nil: none (Options.OnFallback)
 	share           float64
 	countFailedOpen bool
 	wb              *writeBack
