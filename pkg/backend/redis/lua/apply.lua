@@ -515,6 +515,23 @@ end
 -- value is an integer, so Go reads the reply without parsing strings.
 local out
 
+-- store keeps key ki's new state (at nat, count nc, previous np, and the
+-- log's drop count or the level nl) for the write at the end of the call,
+-- with the entry of hits the sliding log gains when push is set (at nat:
+-- now, not before the state's at).
+local function store(ki, alg, nat, nc, np, nl, push, hits)
+	if alg == LOG then
+		s_at[ki], s_count[ki], s_prev[ki], l_drop[ki] = nat, nc, np, nl
+		if push then
+			local k = l_np[ki] + 1
+			l_np[ki] = k
+			l_push[ki][2 * k - 1], l_push[ki][2 * k] = nat, hits
+		end
+	else
+		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = nat, nc, np, nl
+	end
+end
+
 local function reply(o, ok, rem, retry, reset)
 	local a = 0
 	if ok then
@@ -684,16 +701,7 @@ local function apply(keys, args)
 					u_at[u_n], u_count[u_n], u_prev[u_n], u_level[u_n] = s_at[ki], s_count[ki], s_prev[ki], s_level[ki]
 					u_drop[u_n], u_np[u_n], u_reset[u_n] = l_drop[ki], l_np[ki], resets[ki]
 				end
-				if alg == LOG then
-					s_at[ki], s_count[ki], s_prev[ki], l_drop[ki] = nat, nc, np, nl
-					if push then
-						local k = l_np[ki] + 1
-						l_np[ki] = k
-						l_push[ki][2 * k - 1], l_push[ki][2 * k] = nat, hits -- nat: now, not before the state's at
-					end
-				else
-					s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = nat, nc, np, nl
-				end
+				store(ki, alg, nat, nc, np, nl, push, hits)
 				if not ok then
 					-- Accounted: the decision is a check of the state after
 					-- the charge, denied.
@@ -765,16 +773,7 @@ local function apply(keys, args)
 					if not ok then
 						nat, nc, np, nl, push = force(alg, req, w, ki, now, hits)
 					end
-					if alg == LOG then
-						s_at[ki], s_count[ki], s_prev[ki], l_drop[ki] = nat, nc, np, nl
-						if push then
-							local k = l_np[ki] + 1
-							l_np[ki] = k
-							l_push[ki][2 * k - 1], l_push[ki][2 * k] = nat, hits
-						end
-					else
-						s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = nat, nc, np, nl
-					end
+					store(ki, alg, nat, nc, np, nl, push, hits)
 					if not ok then
 						local _
 						_, _, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
