@@ -52,9 +52,10 @@ func (r *Store) initDegraded(opts Options) error {
 //
 //   - With a Fallback store, the request is decided there, on each limit
 //     scaled by FallbackShare, and the hits it allows are written back to
-//     Redis later (see writeBack), unless Redis turns out to have charged
-//     them already: a call sent before its caller left may still run, and
-//     its late reply says what it charged. Nothing allowed goes uncounted.
+//     Redis later as usage accounting (see writeBack), unless Redis turns
+//     out to have charged them already: a call sent before its caller left
+//     may still run, and its late reply says what it charged. Nothing
+//     allowed goes uncounted.
 //   - With CountFailedOpen (the caller answers OK: failure mode allow), the
 //     hits of every item are written back the same way.
 //   - Otherwise the error is returned (the caller answers UNAVAILABLE or
@@ -144,14 +145,21 @@ func scaleLimit(l algorithms.Limit, share float64) algorithms.Limit {
 }
 
 // writeBack holds hits allowed without Redis, per key, until they are
-// charged to Redis. It is bounded by max keys: hits of further keys are
-// dropped and counted.
+// charged to Redis. A write-back is usage accounting (backend.Item.Account,
+// the mechanism of Envoy's reported costs): hits that already happened,
+// charged whatever the key's state, past its limit or as debt when they do
+// not fit (algorithms.Account), so that Redis's count includes every hit
+// answered OK. It is bounded by max keys: hits of further keys are dropped
+// and counted.
 type writeBack struct {
 	mu   sync.Mutex
 	max  int
 	keys map[string]*backend.Item // hits accumulate per key
 
-	written, saturated, dropped atomic.Uint64
+	// written counts the hits charged; overLimit those of them whose
+	// write-back did not fit whole in its limit; dropped those lost to a
+	// full buffer.
+	written, overLimit, dropped atomic.Uint64
 }
 
 func (w *writeBack) add(it backend.Item) {
@@ -166,7 +174,7 @@ func (w *writeBack) add(it backend.Item) {
 		w.dropped.Add(it.Hits)
 		return
 	}
-	it.Mode, it.Group = backend.Enforced, 0
+	it.Mode, it.Group, it.Account = backend.Enforced, 0, true
 	w.keys[it.Key] = &it
 }
 
@@ -208,12 +216,13 @@ func (r *Store) flushLoop() {
 }
 
 // flush sends one pipeline of waiting write-backs, one script call per key
-// charging its hits. A key whose hits no longer fit is charged what still
-// fits (its limit is then saturated) and the rest is counted in
-// WriteBackSaturated. On an error the items wait for the next flush (an
-// item whose script ran but lost its reply is then charged twice: the
-// error is on the side of denying). It reports whether it sent a full
-// pipeline and more may wait.
+// accounting its hits (backend.Item.Account): they are charged whether or
+// not they fit, and those of a write-back that did not fit whole are
+// counted in WriteBackOverLimit (the key was charged past its limit, or
+// into debt; a full sliding window log keeps no more than its limit). On an
+// error the items wait for the next flush (an item whose script ran but
+// lost its reply is then charged twice: the error is on the side of
+// denying). It reports whether it sent a full pipeline and more may wait.
 func (r *Store) flush() bool {
 	if r.wb.pending() == 0 {
 		return false
@@ -248,15 +257,9 @@ func (r *Store) flush() bool {
 			r.wb.add(it)
 			continue
 		}
-		if out[0].Allowed {
-			r.wb.written.Add(it.Hits)
-			continue
-		}
-		fits := min(out[0].Remaining, it.Hits)
-		r.wb.saturated.Add(it.Hits - fits)
-		if fits > 0 {
-			it.Hits = fits
-			r.wb.add(it)
+		r.wb.written.Add(it.Hits)
+		if !out[0].Allowed {
+			r.wb.overLimit.Add(it.Hits)
 		}
 	}
 	return !failed && len(items) == r.batchSize

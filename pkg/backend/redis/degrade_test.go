@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"sync"
@@ -228,5 +229,52 @@ func TestTimeoutsDoNotReconnect(t *testing.T) {
 	}
 	if got > pool {
 		t.Errorf("%d connections for a pool of %d: timeouts closed connections", got, pool)
+	}
+}
+
+// rawCount returns the count a fixed window key holds in Redis ("at
+// count"), which usage accounting may take past the limit.
+func rawCount(t *testing.T, srv *redistest.Server, key string) uint64 {
+	t.Helper()
+	v, err := srv.Client().Get(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	var at, n uint64
+	if _, err := fmt.Sscan(v, &at, &n); err != nil {
+		t.Fatalf("fixed window state %q: %v", v, err)
+	}
+	return n
+}
+
+// TestWriteBackPastTheLimit: write-backs are usage accounting, so hits
+// the fallback allowed are counted in Redis even when they no longer fit
+// (each instance may allow a whole limit while Redis is away): the key's
+// count goes past its limit and stays denied for the rest of its window,
+// and WriteBackOverLimit counts those hits.
+func TestWriteBackPastTheLimit(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	fb := memory.New()
+	defer fb.Close()
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, Fallback: fb})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 20, Window: time.Hour}
+
+	a1, _ := burst(r, "p", l, 15, 10*time.Second)
+	a2, f2 := frozenBurst(t, srv, r, "p", l, 30)
+	settle(t, r)
+	st := r.Stats()
+	got := rawCount(t, srv, "p")
+	t.Logf("healthy %d allowed, frozen %d allowed locally; Redis holds %d; stats %+v", a1, a2, got, st)
+	if a1 != 15 || a2 != 20 || f2 != 0 {
+		t.Fatalf("allowed %d healthy and %d on the fallback (%d failed), want 15 and 20", a1, a2, f2)
+	}
+	if want := uint64(a1+a2) + st.LateCharged; got != want {
+		t.Errorf("Redis counted %d, want the %d allowed and %d charged late", got, a1+a2, st.LateCharged)
+	}
+	if st.WriteBackOverLimit == 0 || st.WriteBackOverLimit > st.WriteBackHits {
+		t.Errorf("WriteBackOverLimit %d of %d written back: the write-backs went past the limit", st.WriteBackOverLimit, st.WriteBackHits)
+	}
+	if a, _ := burst(r, "p", l, 5, 10*time.Second); a != 0 {
+		t.Errorf("%d allowed after the write-backs took the key past its limit", a)
 	}
 }

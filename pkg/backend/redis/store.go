@@ -214,11 +214,12 @@ type Stats struct {
 	LateCharged uint64
 	// WriteBackHits counts hits allowed without Redis (by the fallback
 	// store, or failed open with Options.CountFailedOpen) that were later
-	// charged to Redis; WriteBackSaturated the ones that no longer fitted
-	// in their limit when written back (the key was charged up to its
-	// limit instead); WriteBackDropped the ones lost because the
-	// write-back buffer was full; WriteBackPending the keys waiting.
-	WriteBackHits, WriteBackSaturated, WriteBackDropped uint64
+	// charged to Redis (as usage accounting: whether or not they fit);
+	// WriteBackOverLimit those of them in write-backs that did not fit whole
+	// in their limit (charged past it, or as debt); WriteBackDropped the
+	// ones lost because the write-back buffer was full; WriteBackPending
+	// the keys waiting.
+	WriteBackHits, WriteBackOverLimit, WriteBackDropped uint64
 	WriteBackPending                                    int
 }
 
@@ -238,7 +239,7 @@ func (r *Store) Stats() Stats {
 		LocalFallbacks:     r.localDecisions.Load(),
 		LateCharged:        r.lateCharged.Load(),
 		WriteBackHits:      r.wb.written.Load(),
-		WriteBackSaturated: r.wb.saturated.Load(),
+		WriteBackOverLimit: r.wb.overLimit.Load(),
 		WriteBackDropped:   r.wb.dropped.Load(),
 		WriteBackPending:   r.wb.pending(),
 	}
