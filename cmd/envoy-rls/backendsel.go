@@ -72,19 +72,5 @@ func (o *options) selectBackend() error {
 			}
 		}
 	}
-	o.RedisURL = redisURL(o.RedisURL)
 	return nil
-}
-
-// redisURL reads --redis-url as the reference server reads REDIS_URL too:
-// host:port (no scheme) is redis://host:port, and a path is a Unix socket.
-// A URL with a scheme is left as it is.
-func redisURL(s string) string {
-	switch {
-	case s == "" || strings.Contains(s, "://"):
-		return s
-	case strings.HasPrefix(s, "/"):
-		return "unix://" + s
-	}
-	return "redis://" + s
 }

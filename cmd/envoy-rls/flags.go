@@ -46,10 +46,10 @@ type options struct {
 
 	ResponseDynamicMetadata bool
 
-	RedisURL            string
-	RedisSentinel       string
+	RedisURL            redisURLFlag
+	RedisSentinel       addrList
 	RedisSentinelMaster string
-	RedisCluster        string
+	RedisCluster        addrList
 	RedisPoolSize       int
 	RedisPipelines      int
 	RedisDialTimeout    time.Duration
@@ -112,10 +112,10 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.TextVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff, "quota headers added to responses: off, ietf (RateLimit-Policy and RateLimit), draft03 (X-RateLimit-*), legacy (RateLimit-Limit/-Remaining/-Reset; true means legacy, false off) or all; Retry-After comes with every OVER_LIMIT whatever this says")
 	fs.StringVar(&o.OverLimitBody, "over-limit-body", "", `JSON body of OVER_LIMIT answers (raw_body), with {{rule}}, {{domain}}, {{descriptor_index}} and {{retry_after}} filled in, e.g. {"error":"rate_limited","rule":"{{rule}}","retry_after":{{retry_after}}}`)
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit's capacity past which allowed hits also count in envoy_rls_rule_near_limit_total (0 < ratio <= 1)")
-	fs.StringVar(&o.RedisURL, "redis-url", "", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
-	fs.StringVar(&o.RedisSentinel, "redis-sentinel", "", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
+	fs.TextVar(&o.RedisURL, "redis-url", redisURLFlag{}, "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
+	fs.TextVar(&o.RedisSentinel, "redis-sentinel", addrList(nil), "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
-	fs.StringVar(&o.RedisCluster, "redis-cluster", "", "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS")
+	fs.TextVar(&o.RedisCluster, "redis-cluster", addrList(nil), "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS")
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
 	fs.IntVar(&o.RedisPipelines, "redis-pipelines", redis.DefaultPipelines, "most pipelines in flight; requests arriving meanwhile go together in the next one, as one script call (fewer: larger batches, less Redis CPU per decision)")
 	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", redis.DefaultDialTimeout, "Redis connect timeout")
@@ -198,12 +198,12 @@ func (o *options) validate() error {
 		}
 	case "redis":
 		switch {
-		case o.RedisURL == "" && o.RedisSentinel == "" && o.RedisCluster == "":
+		case !o.RedisURL.set() && len(o.RedisSentinel) == 0 && len(o.RedisCluster) == 0:
 			errs = append(errs, errors.New("--backend redis needs --redis-url, --redis-sentinel or --redis-cluster"))
-		case o.RedisSentinel != "" && o.RedisCluster != "":
+		case len(o.RedisSentinel) > 0 && len(o.RedisCluster) > 0:
 			errs = append(errs, errors.New("--redis-sentinel and --redis-cluster exclude each other"))
 		}
-		if (o.RedisSentinel != "") != (o.RedisSentinelMaster != "") {
+		if (len(o.RedisSentinel) > 0) != (o.RedisSentinelMaster != "") {
 			errs = append(errs, errors.New("--redis-sentinel and --redis-sentinel-master go together"))
 		}
 		errs = append(errs, o.validateRedisTLS()...)
@@ -280,15 +280,4 @@ func (k *backendKind) UnmarshalText(b []byte) error {
 		return nil
 	}
 	return fmt.Errorf("want memory or redis")
-}
-
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

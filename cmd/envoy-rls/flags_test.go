@@ -23,7 +23,7 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	if o.GRPCAddr != "127.0.0.1:1" {
 		t.Fatalf("command line must win over the environment: %q", o.GRPCAddr)
 	}
-	if got := splitList(o.RedisCluster); len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
+	if got := o.RedisCluster; len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
 		t.Fatalf("cluster list %q", got)
 	}
 }
@@ -45,6 +45,11 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--config", "x", "--max-keys", "0"}, "--max-keys"},
 		{[]string{"--config", "x", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--config", "x", "stray"}, "unexpected argument"},
+		{[]string{"--config", "x", "--redis-url", "ftp://h:1"}, "want redis://"},
+		{[]string{"--config", "x", "--redis-url", "redis://h:1/notadb"}, "--redis-url"},
+		{[]string{"--config", "x", "--redis-cluster", "a:1,b"}, `"b": address b: missing port in address (want HOST:PORT[,HOST:PORT...])`},
+		{[]string{"--config", "x", "--redis-sentinel", "a:http", "--redis-sentinel-master", "m"}, "port \"http\" is not a number"},
+		{[]string{"--config", "x", "--redis-cluster", ":6379"}, "no host"},
 	} {
 		_, err := parseServe(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -53,6 +58,25 @@ func TestFlagValidation(t *testing.T) {
 	}
 	if _, err := parseServe([]string{"--config", "x", "--backend", "redis", "--redis-url", "redis://h:1"}, io.Discard); err != nil {
 		t.Errorf("valid redis flags: %v", err)
+	}
+	// --redis-url is read as the reference reads REDIS_URL, once, when the
+	// flag is set: host:port and a socket path get their scheme.
+	for in, want := range map[string]string{
+		"h:1":                    "redis://h:1",
+		"/run/redis.sock":        "unix:///run/redis.sock",
+		"rediss://u:p@h:1/2":     "rediss://u:p@h:1/2",
+		"redis://h:1?protocol=3": "redis://h:1?protocol=3",
+	} {
+		o, err := parseServe([]string{"--config", "x", "--redis-url", in, "--redis-cluster", " a:1, ,b:2 "}, io.Discard)
+		if err != nil {
+			t.Fatalf("--redis-url %s: %v", in, err)
+		}
+		if o.RedisURL.String() != want {
+			t.Errorf("--redis-url %s read as %q, want %q", in, o.RedisURL.String(), want)
+		}
+		if len(o.RedisCluster) != 2 || o.RedisCluster[0] != "a:1" || o.RedisCluster[1] != "b:2" {
+			t.Errorf("--redis-cluster read as %q", o.RedisCluster)
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
@@ -24,11 +23,11 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFal
 		return nil, err
 	}
 	ro := redis.Options{
-		URL:              o.RedisURL,
-		SentinelAddrs:    splitList(o.RedisSentinel),
+		URL:              o.RedisURL.String(),
+		SentinelAddrs:    o.RedisSentinel,
 		SentinelMaster:   o.RedisSentinelMaster,
 		SentinelPassword: o.RedisSentinelPassword,
-		ClusterAddrs:     splitList(o.RedisCluster),
+		ClusterAddrs:     o.RedisCluster,
 		PoolSize:         o.RedisPoolSize,
 		Pipelines:        o.RedisPipelines,
 		DialTimeout:      o.RedisDialTimeout,
@@ -77,9 +76,9 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFal
 	}
 	mode := "standalone"
 	switch {
-	case o.RedisSentinel != "":
+	case len(o.RedisSentinel) > 0:
 		mode = "sentinel"
-	case o.RedisCluster != "":
+	case len(o.RedisCluster) > 0:
 		mode = "cluster"
 	}
 	tlsMode := "off"
@@ -89,7 +88,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFal
 		log.Warn("redis TLS certificates are not verified (--redis-tls-insecure-skip-verify): for testing only")
 	case tlsConf != nil && len(tlsConf.Certificates) > 0:
 		tlsMode = "mutual"
-	case tlsConf != nil || strings.HasPrefix(strings.ToLower(o.RedisURL), "rediss:"):
+	case tlsConf != nil || o.RedisURL.tls():
 		tlsMode = "on"
 	}
 	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "pipelines", o.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.FailureMode.String())

@@ -40,7 +40,7 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
 		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != logLevel(slog.LevelInfo) ||
-		o.Backend != "redis" || o.RedisURL != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second {
+		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second {
 		t.Fatalf("options = %+v", o)
 	}
 }

@@ -6,11 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
 // redisTLSOn reports whether a --redis-tls-* flag asks for TLS. Any of them
@@ -34,13 +30,10 @@ func (o options) validateRedisTLS() []error {
 	if o.RedisTLSInsecureSkipVerify && o.RedisTLSCAFile != "" {
 		errs = append(errs, errors.New("--redis-tls-insecure-skip-verify and --redis-tls-ca-file exclude each other (nothing is verified)"))
 	}
-	if o.RedisURL != "" {
+	if o.RedisURL.set() && !o.RedisURL.tls() {
 		// A redis:// URL says plain TCP: rather than silently upgrading it,
-		// ask for the scheme that says TLS. A URL that does not parse is
-		// reported by the store.
-		if u, err := url.Parse(o.RedisURL); err == nil && !strings.EqualFold(u.Scheme, "rediss") {
-			errs = append(errs, fmt.Errorf("--redis-tls-* flags need a rediss:// --redis-url, got scheme %q", u.Scheme))
-		}
+		// ask for the scheme that says TLS.
+		errs = append(errs, fmt.Errorf("--redis-tls-* flags need a rediss:// --redis-url, got scheme %q", o.RedisURL.url.Scheme))
 	}
 	return errs
 }
@@ -62,12 +55,12 @@ func redisTLSConfig(o options) (*tls.Config, error) {
 		ServerName:         o.RedisTLSServerName,
 		InsecureSkipVerify: o.RedisTLSInsecureSkipVerify,
 	}
-	if o.RedisURL != "" {
-		if u, err := url.Parse(o.RedisURL); err == nil && cfg.ServerName == "" {
-			cfg.ServerName = u.Hostname()
+	if o.RedisURL.set() {
+		if cfg.ServerName == "" {
+			cfg.ServerName = o.RedisURL.url.Hostname()
 		}
 		// Keep the URL's skip_verify=true, which go-redis honours too.
-		if ro, err := goredis.ParseURL(o.RedisURL); err == nil && ro.TLSConfig != nil && ro.TLSConfig.InsecureSkipVerify {
+		if o.RedisURL.skipVerify {
 			cfg.InsecureSkipVerify = true
 		}
 	}

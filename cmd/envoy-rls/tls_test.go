@@ -98,16 +98,16 @@ func TestRedisTLSConfigFileErrorsNameTheFlag(t *testing.T) {
 		o    options
 		want []string
 	}{
-		{"missing CA", options{RedisURL: url, RedisTLSCAFile: missing}, []string{"--redis-tls-ca-file", missing}},
-		{"unreadable CA", options{RedisURL: url, RedisTLSCAFile: unreadable}, []string{"--redis-tls-ca-file", unreadable}},
-		{"CA not PEM", options{RedisURL: url, RedisTLSCAFile: notPEM}, []string{"--redis-tls-ca-file", notPEM, "no PEM certificate"}},
-		{"CA is a key", options{RedisURL: url, RedisTLSCAFile: files.ClientKey}, []string{"--redis-tls-ca-file", "no PEM certificate"}},
-		{"CA block not a certificate", options{RedisURL: url, RedisTLSCAFile: badCert}, []string{"--redis-tls-ca-file", badCert, "certificate 1"}},
-		{"missing cert", options{RedisURL: url, RedisTLSCertFile: missing, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", missing}},
-		{"missing key", options{RedisURL: url, RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: missing}, []string{"--redis-tls-key-file", missing}},
-		{"cert not PEM", options{RedisURL: url, RedisTLSCertFile: notPEM, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", notPEM}},
-		{"key of another cert", options{RedisURL: url, RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ServerKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", "does not match"}},
-		{"cert without key", options{RedisURL: url, RedisTLSCertFile: files.ClientCert}, []string{"--redis-tls-cert-file and --redis-tls-key-file go together"}},
+		{"missing CA", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: missing}, []string{"--redis-tls-ca-file", missing}},
+		{"unreadable CA", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: unreadable}, []string{"--redis-tls-ca-file", unreadable}},
+		{"CA not PEM", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: notPEM}, []string{"--redis-tls-ca-file", notPEM, "no PEM certificate"}},
+		{"CA is a key", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: files.ClientKey}, []string{"--redis-tls-ca-file", "no PEM certificate"}},
+		{"CA block not a certificate", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: badCert}, []string{"--redis-tls-ca-file", badCert, "certificate 1"}},
+		{"missing cert", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: missing, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", missing}},
+		{"missing key", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: missing}, []string{"--redis-tls-key-file", missing}},
+		{"cert not PEM", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: notPEM, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", notPEM}},
+		{"key of another cert", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ServerKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", "does not match"}},
+		{"cert without key", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert}, []string{"--redis-tls-cert-file and --redis-tls-key-file go together"}},
 	} {
 		cfg, err := redisTLSConfig(tc.o)
 		if err == nil {
@@ -120,7 +120,7 @@ func TestRedisTLSConfigFileErrorsNameTheFlag(t *testing.T) {
 			}
 		}
 	}
-	if cfg, err := redisTLSConfig(options{RedisURL: url}); cfg != nil || err != nil {
+	if cfg, err := redisTLSConfig(options{RedisURL: mustRedisURL(url)}); cfg != nil || err != nil {
 		t.Errorf("no TLS flag: got %v, %v; want nil, nil (a rediss:// URL keeps go-redis's own)", cfg, err)
 	}
 }
@@ -244,7 +244,7 @@ func TestRedisTLSConfigHandshake(t *testing.T) {
 		}
 		return cfg
 	}
-	mtls := options{RedisURL: url, RedisTLSCAFile: files.CA, RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ClientKey}
+	mtls := options{RedisURL: mustRedisURL(url), RedisTLSCAFile: files.CA, RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ClientKey}
 
 	// Private CA and client certificate: accepted both ways; the server
 	// name is the URL's host, an IP address in the certificate.
@@ -259,8 +259,8 @@ func TestRedisTLSConfigHandshake(t *testing.T) {
 	// Sentinel or Cluster without a URL: each connection verifies the host
 	// it dials.
 	noURL := mtls
-	noURL.RedisURL = ""
-	noURL.RedisCluster = peer.addr
+	noURL.RedisURL = redisURLFlag{}
+	noURL.RedisCluster = addrList{peer.addr}
 	if cfg := build(noURL); cfg.ServerName != "" {
 		t.Errorf("no URL: ServerName %q, want empty (the dialed host)", cfg.ServerName)
 	} else if c, s := peer.dial(t, cfg); c != nil || s != nil {
@@ -296,7 +296,7 @@ func TestRedisTLSConfigHandshake(t *testing.T) {
 	}
 	// So does the URL's skip_verify=true, which go-redis honours too.
 	skipURL := sysRoots
-	skipURL.RedisURL = url + "?skip_verify=true"
+	skipURL.RedisURL = mustRedisURL(url + "?skip_verify=true")
 	if c, s := peer.dial(t, build(skipURL)); c != nil || s != nil {
 		t.Fatalf("skip_verify in the URL: client %v, server %v", c, s)
 	}

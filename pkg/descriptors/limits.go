@@ -159,6 +159,15 @@ func (p *parser) valid(l *RateLimit, start int) *RateLimit {
 	if len(p.errs) > start {
 		return nil
 	}
+	// The fields were checked one by one above; Validate is the algorithms
+	// package's own word on whether the limit can be decided, so a limit the
+	// parser lets through can never reach a store that cannot decide it.
+	if !l.Unlimited {
+		if err := l.Limit.Validate(); err != nil {
+			p.errorf(l.Line, "rate limit cannot be decided: %v", err)
+			return nil
+		}
+	}
 	return l
 }
 
