@@ -2,7 +2,8 @@
 // every counter key and decides a whole request's limits together, all or
 // nothing. This package holds the contract only and imports nothing outside
 // the module and the standard library; the stores live beside it:
-// pkg/backend/memory (embedded, bounded) and pkg/backend/redis, and
+// pkg/backend/memory (embedded, bounded) and pkg/backend/redis, with
+// pkg/backend/split routing per-second limits to a store of their own, and
 // pkg/backend/storetest is the conformance kit every store runs. Nothing here
 // knows about gRPC or YAML, so a Go program can use a Store with
 // pkg/algorithms as a plain in-process limiter.
