@@ -103,6 +103,8 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFal
 		stat("envoy_rls_redis_late_charged_total", "Requests answered without Redis's decision (failure mode, or denied by the local fallback) that Redis ran and charged after the caller left.", func(s redis.Stats) uint64 { return s.LateCharged }),
 		stat("envoy_rls_redis_write_back_hits_total", "Hits allowed without Redis (local fallback, or failed open) later charged to Redis.", func(s redis.Stats) uint64 { return s.WriteBackHits }),
 		stat("envoy_rls_redis_write_back_over_limit_total", "Written-back hits in write-backs that did not fit whole in their limit: charged anyway, past the limit or as bucket debt (a full sliding window log keeps no more than its limit).", func(s redis.Stats) uint64 { return s.WriteBackOverLimit }),
+		stat("envoy_rls_redis_write_back_retried_total", "Written-back hits sent again after a failure that may have let the first send run (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackRetried }),
+		stat("envoy_rls_redis_write_back_unsure_total", "Hits written back of calls whose pipeline failed in a way that may have let Redis run it (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackUnsure }),
 		stat("envoy_rls_redis_write_back_dropped_total", "Hits not written back because the write-back buffer was full.", func(s redis.Stats) uint64 { return s.WriteBackDropped }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis."},
 			func() float64 { return float64(r.Stats().WriteBackPending) }),

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
@@ -115,8 +118,12 @@ func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision
 			}
 			return
 		}
+		unsure := c.unsure()
 		for k, it := range count {
 			if charged == nil || !charged[idx[k]] {
+				if unsure {
+					r.wb.unsure.Add(it.Hits)
+				}
 				r.wb.add(it)
 			}
 		}
@@ -158,8 +165,10 @@ type writeBack struct {
 
 	// written counts the hits charged; overLimit those of them whose
 	// write-back did not fit whole in its limit; dropped those lost to a
-	// full buffer.
-	written, overLimit, dropped atomic.Uint64
+	// full buffer; retried the hits sent again after a failure that may
+	// have let the first send run, and unsure those of calls whose
+	// pipeline failed that way (so either may be counted twice).
+	written, overLimit, dropped, retried, unsure atomic.Uint64
 }
 
 func (w *writeBack) add(it backend.Item) {
@@ -219,12 +228,18 @@ func (r *Store) flushLoop() {
 // accounting its hits (backend.Item.Account): they are charged whether or
 // not they fit, and those of a write-back that did not fit whole are
 // counted in WriteBackOverLimit (the key was charged past its limit, or
-// into debt; a full sliding window log keeps no more than its limit). On an
-// error the items wait for the next flush (an item whose script ran but
-// lost its reply is then charged twice: the error is on the side of
-// denying). It reports whether it sent a full pipeline and more may wait.
+// into debt; a full sliding window log keeps no more than its limit).
+//
+// Write-backs are sent only once Redis answers a PING: a write-back sent to
+// a frozen server times out but may run when the server resumes, and sending
+// it again at every flush of an outage would charge it many times. On an
+// error the items wait for the next flush; when the error leaves open
+// whether the script ran (it was written to a connection: a timeout, a
+// connection reset), their hits are counted in WriteBackRetried, as they
+// may be charged twice (the error is on the side of denying). It reports
+// whether it sent a full pipeline and more may wait.
 func (r *Store) flush() bool {
-	if r.wb.pending() == 0 {
+	if r.wb.pending() == 0 || !r.answers() {
 		return false
 	}
 	// A pipeline slot like any other, so the connections stay within the
@@ -254,6 +269,9 @@ func (r *Store) flush() bool {
 		}
 		if err := decodeGroup(&c.groups[0], items[i:i+1], out); err != nil {
 			failed = true
+			if mayHaveRun(err) {
+				r.wb.retried.Add(it.Hits)
+			}
 			r.wb.add(it)
 			continue
 		}
@@ -263,6 +281,44 @@ func (r *Store) flush() bool {
 		}
 	}
 	return !failed && len(items) == r.batchSize
+}
+
+// answers reports whether Redis answers a PING (within the client's read
+// timeout, or until the store closes).
+func (r *Store) answers() bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return r.client.Ping(ctx).Err() == nil
+}
+
+// mayHaveRun reports whether a script call that failed with err may still
+// have run: anything but a failure to connect, or a refusal before running
+// (then the command was never written, or never executed).
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, goredis.ErrPoolTimeout) && !errors.Is(err, goredis.ErrClosed) && !notRun(err) && !isOOM(err)
+}
+
+// unsure reports whether a resolved call failed in a way that may have let
+// Redis run it all the same (see mayHaveRun): its hits are then written
+// back although Redis may have charged them.
+func (c *call) unsure() bool {
+	for i := range c.groups {
+		if err := c.groups[i].err; err != nil && mayHaveRun(err) {
+			return true
+		}
+	}
+	return false
 }
 
 // isOOM reports an error of a Redis at maxmemory that refuses writes.

@@ -278,3 +278,46 @@ func TestWriteBackPastTheLimit(t *testing.T) {
 		t.Errorf("%d allowed after the write-backs took the key past its limit", a)
 	}
 }
+
+// TestLongFreezeWritesBackOnce: Redis frozen for several read timeouts
+// while the fallback allows hits. A write-back sent to the frozen server
+// would time out and may run when it resumes, so sending it again at each
+// flush would charge it many times: write-backs wait until Redis answers a
+// PING, and Redis counts every hit allowed exactly once.
+func TestLongFreezeWritesBackOnce(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	fb := memory.New()
+	defer fb.Close()
+	const readTimeout = 100 * time.Millisecond
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 4, ReadTimeout: readTimeout, WriteTimeout: readTimeout, Fallback: fb})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100_000, Window: time.Hour}
+	a1, _ := burst(r, "f", l, 10, 10*time.Second)
+
+	srv.Pause()
+	var a2 int64
+	// Waves of calls for five read timeouts: without the PING, write-backs
+	// would be sent (and time out) about once per read timeout.
+	for start := time.Now(); time.Since(start) < 5*readTimeout; {
+		a, f := burst(r, "f", l, 20, 10*time.Millisecond)
+		if f != 0 {
+			t.Fatalf("%d calls failed with a fallback store", f)
+		}
+		a2 += a
+	}
+	if r.Stats().WriteBackPending == 0 {
+		t.Fatal("nothing waits to be written back: the test did not test anything")
+	}
+	srv.Resume()
+	settle(t, r)
+	st := r.Stats()
+	got := used(t, r, "f", l)
+	t.Logf("healthy %d, frozen %d allowed; Redis counted %d; stats %+v", a1, a2, got, st)
+	if st.WriteBackRetried != 0 {
+		t.Errorf("%d hits written back again during the freeze", st.WriteBackRetried)
+	}
+	// Calls whose pipelines timed out may have run when Redis resumed, and
+	// are written back too: at most those are counted twice.
+	if low := uint64(a1+a2) + st.LateCharged; got < low || got > low+st.WriteBackUnsure {
+		t.Errorf("Redis counted %d, want the %d allowed and %d charged late, plus at most %d unsure", got, a1+a2, st.LateCharged, st.WriteBackUnsure)
+	}
+}

@@ -218,8 +218,13 @@ type Stats struct {
 	// WriteBackOverLimit those of them in write-backs that did not fit whole
 	// in their limit (charged past it, or as debt); WriteBackDropped the
 	// ones lost because the write-back buffer was full; WriteBackPending
-	// the keys waiting.
+	// the keys waiting. Two may be counted twice in Redis:
+	// WriteBackRetried counts hits sent again after a write-back failed in
+	// a way that may have let it run (a timeout, a lost connection), and
+	// WriteBackUnsure the hits written back of calls whose own pipeline
+	// failed that way (Redis may have run them when it resumed).
 	WriteBackHits, WriteBackOverLimit, WriteBackDropped uint64
+	WriteBackRetried, WriteBackUnsure                   uint64
 	WriteBackPending                                    int
 }
 
@@ -241,6 +246,8 @@ func (r *Store) Stats() Stats {
 		WriteBackHits:      r.wb.written.Load(),
 		WriteBackOverLimit: r.wb.overLimit.Load(),
 		WriteBackDropped:   r.wb.dropped.Load(),
+		WriteBackRetried:   r.wb.retried.Load(),
+		WriteBackUnsure:    r.wb.unsure.Load(),
 		WriteBackPending:   r.wb.pending(),
 	}
 }
