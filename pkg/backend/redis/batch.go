@@ -17,8 +17,8 @@ import (
 // a caller may leave at its deadline while the call is in flight.
 type call struct {
 	ctx    context.Context
-	now    string // ARGV's now
-	whole  bool   // false: the request is split across Cluster slots
+	now    int64 // the requests' now in ARGV (-1: Redis's TIME)
+	whole  bool  // false: the request is split across Cluster slots
 	groups []group
 	err    error         // set before done is closed when the call was not sent
 	done   chan struct{} // closed when every group has its result

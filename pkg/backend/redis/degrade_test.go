@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"strconv"
 	"sync"
@@ -232,19 +231,19 @@ func TestTimeoutsDoNotReconnect(t *testing.T) {
 	}
 }
 
-// rawCount returns the count a fixed window key holds in Redis ("at
-// count"), which usage accounting may take past the limit.
+// rawCount returns the count a fixed window key holds in Redis, which
+// usage accounting may take past the limit.
 func rawCount(t *testing.T, srv *redistest.Server, key string) uint64 {
 	t.Helper()
 	v, err := srv.Client().Get(context.Background(), key).Result()
 	if err != nil {
 		t.Fatalf("GET %s: %v", key, err)
 	}
-	var at, n uint64
-	if _, err := fmt.Sscan(v, &at, &n); err != nil {
-		t.Fatalf("fixed window state %q: %v", v, err)
+	k, f, err := redis.StateNumbers(v)
+	if err != nil || k != algorithms.FixedWindow {
+		t.Fatalf("fixed window state %q: %v %v", v, k, err)
 	}
-	return n
+	return uint64(f[1])
 }
 
 // TestWriteBackPastTheLimit: write-backs are usage accounting, so hits

@@ -4,11 +4,12 @@ import (
 	"context"
 	"crypto/sha1"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
+	"slices"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -35,22 +36,27 @@ import (
 // KEYS are the distinct Redis keys of the call's items (KeyPrefix, the hash
 // tag of Item.Partition, Item.Key: see redisKey), all in one Cluster slot.
 //
-// ARGV holds the requests one after the other, each:
+// ARGV is one binary string (read with Lua's struct library, so the script
+// parses no text): the requests one after the other, little-endian, each
+// a header of requestBytes,
 //
-//   - now: the instant in µs since the Unix epoch, or "" for the script to
-//     read Redis's TIME (once per call; production: instances with skewed
-//     clocks agree). A given instant is for tests on a timeline
+//   - now, float64: the instant in µs since the Unix epoch, or -1 for the
+//     script to read Redis's TIME (once per call; production: instances
+//     with skewed clocks agree). A given instant is for tests on a timeline
 //     (newStore's clock); keys written by such a call get no TTL.
-//   - n: the number of items, positive for backend.WholeRequest, negative
-//     (-n) for backend.PartOfRequest (the part of a request in one slot).
-//   - itemFields numbers per item, in the order of the field* constants.
-//     fieldFlags is algorithm + flagMode*mode + flagOver*over +
-//     flagAccount*account + flagGroup*group (the algorithms.Kind and
-//     backend.Mode values; over is 1 when Hits > Capacity, compared exactly
-//     here as two huge numbers may be one double, or Requests is 0 and
-//     Hits > 0; account is 1 for usage accounting, Item.Account with
-//     Hits > 0, charged whatever the verdict even when it does not fit;
-//     group is the rank of the item's quota group among the request's).
+//   - n, int32: the number of items, positive for backend.WholeRequest,
+//     negative (-n) for backend.PartOfRequest (the part of a request in one
+//     slot).
+//
+// then itemBytes per item: the 1-based index into KEYS (uint32); the
+// algorithms.Kind, the backend.Mode and the bits (bitOver: Hits > Capacity,
+// compared exactly here as two huge numbers may be one double, or Requests
+// is 0 and Hits > 0; bitAccount: usage accounting, Item.Account with
+// Hits > 0, charged whatever the verdict even when it does not fit), one
+// byte each; the rank of the item's quota group among the request's
+// (uint32); Limit.Requests, the window in µs (at least 1),
+// Limit.Capacity() and Item.Hits as float64 (rounded to nearest, as the
+// script's numbers are doubles).
 //
 // # Reply
 //
@@ -62,20 +68,20 @@ import (
 //
 // # State
 //
-// Each key holds its state in the key's own type; at, counts and instants
-// are integers written in decimal, and a number that is not an integer
-// below 2^53 (a bucket's level can be) with 17 significant digits, so every
-// double reads back exactly:
+// Each key holds its state in the key's own type, binary: a first byte
+// stateMagic + the algorithm, then little-endian float64s (doubles read
+// back exactly, so a bucket's fractional level needs no text format):
 //
-//	fixed_window            string "at count"
-//	sliding_window_counter  string "at count prev"
-//	token_bucket, gcra      string "at level" (level: the debt in token·µs)
-//	sliding_window_log      list: at index 0 the header "at count last"
-//	                        (the newest instant seen, the sum of the
+//	fixed_window            string: magic, at, count (17 bytes)
+//	sliding_window_counter  string: magic, at, count, prev (25 bytes)
+//	token_bucket, gcra      string: magic, at, level (17 bytes; level: the
+//	                        debt in token·µs)
+//	sliding_window_log      list: at index 0 the header magic, at, count,
+//	                        last (the newest instant seen, the sum of the
 //	                        entries' hits, the newest entry's instant), then
 //	                        one entry per allowed request still in the
-//	                        window, oldest first: "at", or "at hits" when
-//	                        hits > 1
+//	                        window, oldest first: at (8 bytes), or at, hits
+//	                        (16 bytes) when hits > 1
 //
 // The script reads a log's header and first entries with one LRANGE and
 // more in growing chunks only while entries leave the window; it drops them
@@ -111,26 +117,14 @@ var (
 	evalScript = goredis.NewScript(evalCode)
 )
 
-// The numbers of one item in ARGV, in order (the offsets the script reads
-// them at).
+// The binary layout of ARGV (the script's REQUEST_BYTES, ITEM_BYTES,
+// BIT_* and MAGIC).
 const (
-	fieldKeyIndex = iota // 1-based index into KEYS
-	fieldFlags           // algorithm + flagMode*mode + flagOver*over + flagGroup*group
-	fieldRequests        // Limit.Requests
-	fieldWindow          // Limit.Window in µs, at least 1
-	fieldCapacity        // Limit.Capacity()
-	fieldHits            // Item.Hits
-	itemFields           // the number of fields per item (the script's ITEM_FIELDS)
-)
-
-// Multipliers in fieldFlags (the script's FLAG_*): the mode, the over bit,
-// the usage accounting bit and the item's quota group (its rank among the
-// request's distinct groups).
-const (
-	flagMode    = 8
-	flagOver    = 64
-	flagAccount = 128
-	flagGroup   = 256
+	requestBytes = 8 + 4                   // now, n
+	itemBytes    = 4 + 1 + 1 + 1 + 4 + 4*8 // key index, algorithm, mode, bits, group, four numbers
+	bitOver      = 1
+	bitAccount   = 2
+	stateMagic   = 240 // the first byte of a state is stateMagic + its algorithm
 )
 
 // The values of one item in the reply, after its request's verdict.
@@ -146,7 +140,8 @@ const (
 // goroutine (so the pipeline worker never reads the caller's items).
 type item struct {
 	key                      string
-	flags                    int64
+	alg, mode, bits          uint8
+	group                    uint32 // the rank of its quota group
 	requests, capacity, hits uint64
 	window                   int64
 }
@@ -160,16 +155,17 @@ func encodeItem(items []backend.Item, i int, key string) item {
 	if w < 1 {
 		w = 1
 	}
-	flags := int64(it.Limit.Algorithm) + flagMode*int64(it.Mode)
-	if it.Hits > it.Limit.Capacity() || (it.Limit.Requests == 0 && it.Hits > 0) {
-		flags += flagOver
+	e := item{key: key, alg: uint8(it.Limit.Algorithm), mode: uint8(it.Mode), requests: it.Limit.Requests,
+		capacity: it.Limit.Capacity(), hits: it.Hits, window: w}
+	if it.Hits > e.capacity || (it.Limit.Requests == 0 && it.Hits > 0) {
+		e.bits |= bitOver
 	}
 	if it.Account && it.Hits > 0 {
-		flags += flagAccount
+		e.bits |= bitAccount
 	}
 	if it.Mode == backend.Quota {
 		// The distinct groups before the group's first item.
-		var rank int64
+		var rank uint32
 		seen := map[int]bool{} // only requests with quota items get here
 		for j := 0; j < i; j++ {
 			g := items[j].Group
@@ -182,10 +178,9 @@ func encodeItem(items []backend.Item, i int, key string) item {
 			seen[g] = true
 			rank++
 		}
-		flags += flagGroup * rank
+		e.group = rank
 	}
-	return item{key: key, flags: flags, requests: it.Limit.Requests, capacity: it.Limit.Capacity(),
-		hits: it.Hits, window: w}
+	return e
 }
 
 // scriptCall is one FCALL (or EVALSHA) of a pipeline: the groups of a
@@ -193,7 +188,7 @@ func encodeItem(items []backend.Item, i int, key string) item {
 type scriptCall struct {
 	keys   []string
 	index  map[string]int // key -> 1-based index into keys
-	args   []interface{}
+	args   []byte         // ARGV[1]
 	groups []*group
 	cmd    *goredis.IntSliceCmd
 }
@@ -202,15 +197,19 @@ func newScriptCall() *scriptCall {
 	return &scriptCall{index: make(map[string]int)}
 }
 
-// add appends the request part g (with the call's now) to sc.
-func (sc *scriptCall) add(g *group, now string, whole bool) {
+// add appends the request part g (with the call's now: -1 for Redis's
+// TIME) to sc.
+func (sc *scriptCall) add(g *group, now int64, whole bool) {
 	g.call = sc
 	sc.groups = append(sc.groups, g)
-	n := int64(len(g.items))
+	n := int32(len(g.items))
 	if !whole {
 		n = -n
 	}
-	sc.args = append(sc.args, now, n)
+	le := binary.LittleEndian
+	b := slices.Grow(sc.args, requestBytes+itemBytes*len(g.items))
+	b = le.AppendUint64(b, math.Float64bits(float64(now)))
+	b = le.AppendUint32(b, uint32(n))
 	for i := range g.items {
 		it := &g.items[i]
 		ki, ok := sc.index[it.key]
@@ -219,17 +218,21 @@ func (sc *scriptCall) add(g *group, now string, whole bool) {
 			ki = len(sc.keys)
 			sc.index[it.key] = ki
 		}
-		var f [itemFields]any
-		f[fieldKeyIndex], f[fieldFlags], f[fieldRequests], f[fieldWindow] = ki, it.flags, it.requests, it.window
-		f[fieldCapacity], f[fieldHits] = it.capacity, it.hits
-		sc.args = append(sc.args, f[:]...)
+		b = le.AppendUint32(b, uint32(ki))
+		b = append(b, it.alg, it.mode, it.bits)
+		b = le.AppendUint32(b, it.group)
+		b = le.AppendUint64(b, math.Float64bits(float64(it.requests)))
+		b = le.AppendUint64(b, math.Float64bits(float64(it.window)))
+		b = le.AppendUint64(b, math.Float64bits(float64(it.capacity)))
+		b = le.AppendUint64(b, math.Float64bits(float64(it.hits)))
 	}
+	sc.args = b
 }
 
 // command returns sc as an FCALL command, or with evalsha as an EVALSHA
 // one, or with source as an EVAL.
 func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *goredis.IntSliceCmd {
-	args := make([]interface{}, 0, 3+len(sc.keys)+len(sc.args))
+	args := make([]interface{}, 0, 4+len(sc.keys))
 	switch {
 	case source:
 		args = append(args, "eval", evalCode)
@@ -242,7 +245,7 @@ func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *goredi
 	for _, k := range sc.keys {
 		args = append(args, k)
 	}
-	args = append(args, sc.args...)
+	args = append(args, sc.args)
 	return goredis.NewIntSliceCmd(ctx, args...)
 }
 
@@ -319,10 +322,10 @@ func replyDuration(x int64) (time.Duration, bool) {
 	return time.Duration(x) * time.Microsecond, true
 }
 
-// nowArg is ARGV's now for a store with clock (nil: Redis's TIME).
-func nowArg(clock backend.Clock) string {
+// nowArg is ARGV's now for a store with clock (nil: -1, Redis's TIME).
+func nowArg(clock backend.Clock) int64 {
 	if clock == nil {
-		return ""
+		return -1
 	}
-	return strconv.FormatInt(max(clock.Now().UnixMicro(), 0), 10)
+	return max(clock.Now().UnixMicro(), 0)
 }

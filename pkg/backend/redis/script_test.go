@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"encoding/binary"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,13 +44,13 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 		algorithms.GCRA:                 "GCRA",
 	}
 	want := map[string]string{
-		"NEVER":        "-1",
-		"NEVER_US":     strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
-		"ITEM_FIELDS":  strconv.Itoa(itemFields),
-		"FLAG_MODE":    strconv.Itoa(flagMode),
-		"FLAG_OVER":    strconv.Itoa(flagOver),
-		"FLAG_GROUP":   strconv.Itoa(flagGroup),
-		"FLAG_ACCOUNT": strconv.Itoa(flagAccount),
+		"NEVER":         "-1",
+		"NEVER_US":      strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
+		"REQUEST_BYTES": strconv.Itoa(requestBytes),
+		"ITEM_BYTES":    strconv.Itoa(itemBytes),
+		"BIT_OVER":      strconv.Itoa(bitOver),
+		"BIT_ACCOUNT":   strconv.Itoa(bitAccount),
+		"MAGIC":         strconv.Itoa(stateMagic),
 	}
 	for _, k := range algorithms.Kinds() {
 		name, ok := luaName[k]
@@ -83,45 +85,40 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 	}
 }
 
-// TestScriptCallLayout: two requests in one call share KEYS; each request
-// is now, n (negative for a part of a request) and itemFields numbers per
-// item at the positions the field constants name.
+// TestScriptCallLayout: two requests in one call share KEYS; ARGV is one
+// string of, per request, now (float64), n (int32, negative for a part of
+// a request) and itemBytes per item in the documented layout.
 func TestScriptCallLayout(t *testing.T) {
 	items := []backend.Item{
 		{Key: "a", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1, Window: time.Second}},
 		{Key: "b", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Requests: 7, Window: 3 * time.Second, Burst: 11},
-			Hits: 12, Mode: backend.Quota, Group: 5},
+			Hits: 12, Mode: backend.Quota, Group: 5, Account: true},
 	}
 	first := group{items: []item{encodeItem(items, 0, "p:a"), encodeItem(items, 1, "p:b")}}
 	second := group{items: []item{encodeItem(items, 1, "p:b")}}
 	sc := newScriptCall()
-	sc.add(&first, "", true)
-	sc.add(&second, "123", false)
+	sc.add(&first, -1, true)
+	sc.add(&second, 123, false)
 	if len(sc.keys) != 2 || sc.keys[0] != "p:a" || sc.keys[1] != "p:b" {
 		t.Fatalf("keys = %q", sc.keys)
 	}
-	if len(sc.args) != 2+2*itemFields+2+itemFields {
-		t.Fatalf("%d args: %v", len(sc.args), sc.args)
+	b := sc.args
+	if len(b) != 2*requestBytes+3*itemBytes {
+		t.Fatalf("%d bytes of ARGV, want %d", len(b), 2*requestBytes+3*itemBytes)
 	}
-	if sc.args[0] != "" || sc.args[1] != int64(2) || sc.args[2+2*itemFields] != "123" || sc.args[3+2*itemFields] != int64(-1) {
-		t.Fatalf("request headers: %v", sc.args)
+	le := binary.LittleEndian
+	f64 := func(at int) float64 { return math.Float64frombits(le.Uint64(b[at:])) }
+	second0 := requestBytes + 2*itemBytes
+	if f64(0) != -1 || int32(le.Uint32(b[8:])) != 2 || f64(second0) != 123 || int32(le.Uint32(b[second0+8:])) != -1 {
+		t.Fatalf("request headers: now %v n %d, now %v n %d", f64(0), int32(le.Uint32(b[8:])),
+			f64(second0), int32(le.Uint32(b[second0+8:])))
 	}
-	want := map[int]any{
-		fieldKeyIndex: 2,
-		fieldFlags:    int64(algorithms.GCRA) + flagMode*int64(backend.Quota) + flagOver, // its group ranks 0
-		fieldRequests: uint64(7),
-		fieldWindow:   int64(3000000),
-		fieldCapacity: uint64(11),
-		fieldHits:     uint64(12),
-	}
-	if len(want) != itemFields {
-		t.Fatalf("the test checks %d of %d fields", len(want), itemFields)
-	}
-	for _, at := range []int{2 + itemFields, 4 + 2*itemFields} { // b in both requests
-		for i, w := range want {
-			if sc.args[at+i] != w {
-				t.Errorf("field %d at %d = %v (%T), want %v (%T)", i, at+i, sc.args[at+i], sc.args[at+i], w, w)
-			}
+	for _, at := range []int{requestBytes + itemBytes, second0 + requestBytes} { // b in both requests
+		got := []float64{float64(le.Uint32(b[at:])), float64(b[at+4]), float64(b[at+5]), float64(b[at+6]),
+			float64(le.Uint32(b[at+7:])), f64(at + 11), f64(at + 19), f64(at + 27), f64(at + 35)}
+		want := []float64{2, float64(algorithms.GCRA), float64(backend.Quota), bitOver | bitAccount, 0, 7, 3e6, 11, 12}
+		if !slices.Equal(got, want) {
+			t.Errorf("item at %d: %v, want %v", at, got, want)
 		}
 	}
 }
@@ -137,8 +134,8 @@ func TestQuotaGroupRanks(t *testing.T) {
 		{Key: "d", Limit: l, Mode: backend.Quota, Group: -7},
 		{Key: "e", Limit: l, Mode: backend.Quota, Group: 2},
 	}
-	for i, want := range []int64{0, 0, 1, 0, 2} {
-		if got := encodeItem(items, i, "k").flags / flagGroup; got != want {
+	for i, want := range []uint32{0, 0, 1, 0, 2} {
+		if got := encodeItem(items, i, "k").group; got != want {
 			t.Errorf("item %d: group rank %d, want %d", i, got, want)
 		}
 	}

@@ -168,8 +168,8 @@ func TestRedisAllOrNothingConcurrent(t *testing.T) {
 		t.Fatalf("allowed %d, want 40", got)
 	}
 	v := rc.Get(context.Background(), "aon:big").Val()
-	if f := strings.Fields(v); len(f) != 2 || f[1] != "40" { // fixed_window: "at count"
-		t.Fatalf("state of the big key %q: count %v, want 40", v, f)
+	if _, f, err := redis.StateNumbers(v); err != nil || f[1] != 40 { // fixed_window: at, count
+		t.Fatalf("state of the big key %x: %v %v, want a count of 40", v, f, err)
 	}
 }
 
@@ -420,6 +420,7 @@ func TestRedisUnreadableStateStartsFresh(t *testing.T) {
 		l := algorithms.Limit{Algorithm: k, Requests: 3, Window: time.Hour}
 		bad := map[string]func(key string) error{
 			"old format": func(key string) error { return rc.Set(ctx, key, "1 2 3 4 5", 0).Err() },
+			"text state": func(key string) error { return rc.Set(ctx, key, "1700000000000000 1234567", 0).Err() },
 			"garbage":    func(key string) error { return rc.Set(ctx, key, "x y z", 0).Err() },
 			"list":       func(key string) error { return rc.RPush(ctx, key, "a b", "c").Err() },
 			"hash":       func(key string) error { return rc.HSet(ctx, key, "f", "v").Err() },

@@ -5,7 +5,8 @@
 -- in order, each one all-or-nothing on its own and seeing the state the
 -- ones before it left; each key is read once and written once per call.
 -- Lua numbers are doubles: every count, limit and instant is exact below
--- 2^53.
+-- 2^53. Arguments and states are binary (the struct library): a double
+-- reads back exactly, so nothing is parsed or formatted as text.
 --
 -- The layout of KEYS, ARGV, the reply and the stored state is documented
 -- in script.go, next to the Go code that writes and reads it. script.go
@@ -19,8 +20,9 @@
 -- differ.
 local FIXED, BUCKET, LOG, COUNTER, GCRA = 0, 1, 2, 3, 4
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
-local ITEM_FIELDS = 6
-local FLAG_MODE, FLAG_OVER, FLAG_ACCOUNT, FLAG_GROUP = 8, 64, 128, 256
+local REQUEST_BYTES, ITEM_BYTES = 12, 43
+local BIT_OVER, BIT_ACCOUNT = 1, 2
+local MAGIC = 240 -- the first byte of a state: MAGIC + the algorithm
 local NEVER = -1
 local NEVER_US = 9223372036854775 -- algorithms.Never in µs
 local EXACT = 9007199254740992 -- 2^53
@@ -28,13 +30,18 @@ local MAX_U64 = 18446744073709551616 -- 2^64
 
 -- Library functions, bound on the first call: a function library sees
 -- no globals but redis while it loads.
-local floor, ceil, fmod, tonum, find, sub, format, unpk, each, fail, call, pcall_, type_
+local floor, ceil, fmod, tonum, byte, pack, unpack_, unpk, each, fail, call, pcall_, type_
 
 local function bind()
 	floor, ceil, fmod = math.floor, math.ceil, math.fmod
-	tonum, find, sub, format = tonumber, string.find, string.sub, string.format
+	tonum, byte, pack, unpack_ = tonumber, string.byte, struct.pack, struct.unpack
 	unpk, each, fail, call, pcall_, type_ = unpack, pairs, error, redis.call, redis.pcall, type
 end
+
+-- The binary layouts (see script.go): a request's header, an item, the
+-- states and a log's entries.
+local F_REQUEST, F_ITEM = "<di4", "<I4BBBI4dddd"
+local F_STATE2, F_STATE3, F_ENTRY1, F_ENTRY2 = "<Bdd", "<Bddd", "<d", "<dd"
 local K -- the KEYS of the call being run
 
 local function micros(us)
@@ -74,21 +81,6 @@ local function sub0(a, b)
 	return a - b
 end
 
--- num formats a state number so that it reads back exactly: an integer
--- below 2^53 in decimal, anything else with 17 significant digits.
-local function num(x)
-	if x < EXACT and x == floor(x) then
-		return format("%d", x)
-	end
-	return format("%.17g", x)
-end
-
--- int reports whether x is written as an integer by num.
-local function int(x)
-	return x < EXACT and x == floor(x)
-end
-
-
 -- Scalar state of a key (every algorithm but the log), as loaded or as
 -- charged so far in this batch: the fields of algorithms.State.
 local s_at, s_count, s_prev, s_level = {}, {}, {}, {}
@@ -105,6 +97,11 @@ local l_ent, l_m, l_drop, l_push, l_np, l_exists = {}, {}, {}, {}, {}, {}
 -- current call's G.
 local algs, resets, lgen = {}, {}, {}
 local G = 0
+-- The values of every key of call G (MGET: a list or another type reads
+-- as false), read at the first scalar key's load: one redis.call for the
+-- whole batch instead of one GET per key.
+local mget, mget_gen = nil, 0
+local MGET_MAX = 1000 -- more keys than this: one GET each (Lua's stack)
 -- The keys charged in this call, in order (dl[1..dn]), and dgen[ki] == G
 -- when ki is among them.
 local dl, dgen, dn = {}, {}, 0
@@ -115,6 +112,19 @@ local function fresh(ki, alg)
 	if alg == LOG then
 		l_drop[ki], l_push[ki], l_np[ki], l_ent[ki], l_m[ki], l_exists[ki] = 0, {}, 0, {}, 0, false
 	end
+end
+
+-- parse_entry returns at, hits of a log entry (8 bytes: at, hits 1; 16
+-- bytes: at, hits), or nil when it is neither.
+local function parse_entry(v)
+	local n = #v
+	if n == 8 then
+		return unpack_(F_ENTRY1, v), 1
+	elseif n == 16 then
+		local at, h = unpack_(F_ENTRY2, v)
+		return at, h
+	end
+	return nil
 end
 
 -- read loads key ki's state; it returns false when the key holds something
@@ -133,27 +143,18 @@ local function read(ki, alg)
 			return true
 		end
 		local h = r[1]
-		local i = find(h, " ", 1, true)
-		local j = i and find(h, " ", i + 1, true)
-		if not j then
+		if #h ~= 25 or byte(h, 1) ~= MAGIC + LOG then
 			return false
 		end
-		s_at[ki], s_count[ki], s_prev[ki] = tonum(sub(h, 1, i - 1)), tonum(sub(h, i + 1, j - 1)), tonum(sub(h, j + 1))
-		if not (s_at[ki] and s_count[ki] and s_prev[ki]) then
-			return false
-		end
+		local _
+		_, s_at[ki], s_count[ki], s_prev[ki] = unpack_(F_STATE3, h)
 		local e = {}
 		for j = 2, n do
-			local v = r[j]
-			local p = find(v, " ", 1, true)
-			if p then
-				e[2 * j - 3], e[2 * j - 2] = tonum(sub(v, 1, p - 1)), tonum(sub(v, p + 1))
-			else
-				e[2 * j - 3], e[2 * j - 2] = tonum(v), 1
-			end
-			if not (e[2 * j - 3] and e[2 * j - 2]) then
+			local at, hits = parse_entry(r[j])
+			if not at then
 				return false
 			end
+			e[2 * j - 3], e[2 * j - 2] = at, hits
 		end
 		l_ent[ki], l_exists[ki], l_m[ki] = e, true, nil -- every field: the tables outlive calls
 		if n < 4 then
@@ -161,31 +162,39 @@ local function read(ki, alg)
 		end
 		return true
 	end
-	local v = pcall_("GET", key)
+	local v
+	if #K <= MGET_MAX then
+		if mget_gen ~= G then
+			mget, mget_gen = call("MGET", unpk(K)), G
+		end
+		v = mget[ki]
+	else
+		v = pcall_("GET", key)
+	end
 	if not v then
 		fresh(ki, alg)
 		return true
 	end
-	if type_(v) ~= "string" then
-		return false -- another type
+	if type_(v) ~= "string" or byte(v, 1) ~= MAGIC + alg then
+		return false -- another type, version or algorithm
 	end
-	local i = find(v, " ", 1, true)
-	if not i then
-		return false
-	end
-	local at = tonum(sub(v, 1, i - 1))
-	if alg == FIXED then
-		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, tonum(sub(v, i + 1)), 0, 0
-	elseif alg == COUNTER then
-		local j = find(v, " ", i + 1, true)
-		if not j then
+	local n, _ = #v
+	if alg == COUNTER then
+		if n ~= 25 then
 			return false
 		end
-		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, tonum(sub(v, i + 1, j - 1)), tonum(sub(v, j + 1)), 0
+		_, s_at[ki], s_count[ki], s_prev[ki] = unpack_(F_STATE3, v)
+		s_level[ki] = 0
+	elseif n ~= 17 then
+		return false
+	elseif alg == FIXED then
+		_, s_at[ki], s_count[ki] = unpack_(F_STATE2, v)
+		s_prev[ki], s_level[ki] = 0, 0
 	else
-		s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = at, 0, 0, tonum(sub(v, i + 1))
+		_, s_at[ki], s_level[ki] = unpack_(F_STATE2, v)
+		s_count[ki], s_prev[ki] = 0, 0
 	end
-	return s_at[ki] and s_count[ki] and s_prev[ki] and s_level[ki] and true or false
+	return true
 end
 
 -- load reads key ki's state for algorithm alg. A key this version cannot
@@ -222,17 +231,12 @@ local function entry(ki, i)
 	local r = call("LRANGE", K[ki], i, i + want - 1)
 	local n = #r
 	for j = 1, n do
-		local v = r[j]
-		local p = find(v, " ", 1, true)
 		local k = i + j - 1
-		if p then
-			e[2 * k - 1], e[2 * k] = tonum(sub(v, 1, p - 1)), tonum(sub(v, p + 1))
-		else
-			e[2 * k - 1], e[2 * k] = tonum(v), 1
-		end
-		if not (e[2 * k - 1] and e[2 * k]) then
+		local at, hits = parse_entry(r[j])
+		if not at then
 			fail("envoy-rls: malformed log entry of " .. K[ki])
 		end
+		e[2 * k - 1], e[2 * k] = at, hits
 	end
 	if n < want then
 		l_m[ki] = i + n - 1
@@ -566,23 +570,12 @@ local function save(ki, injected)
 	end
 	if alg ~= LOG then
 		local v
-		local at = s_at[ki]
-		if alg == FIXED then
-			local c = s_count[ki]
-			if int(at) and int(c) then -- the common case: one format
-				v = format("%d %d", at, c)
-			else
-				v = num(at) .. " " .. num(c)
-			end
-		elseif alg == COUNTER then
-			v = num(at) .. " " .. num(s_count[ki]) .. " " .. num(s_prev[ki])
+		if alg == COUNTER then
+			v = pack(F_STATE3, MAGIC + alg, s_at[ki], s_count[ki], s_prev[ki])
+		elseif alg == FIXED then
+			v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_count[ki])
 		else
-			local l = s_level[ki]
-			if int(at) and int(l) then
-				v = format("%d %d", at, l)
-			else
-				v = num(at) .. " " .. num(l)
-			end
+			v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_level[ki])
 		end
 		if ms then
 			call("SET", key, v, "PX", ms)
@@ -591,7 +584,7 @@ local function save(ki, injected)
 		end
 		return
 	end
-	local header = num(s_at[ki]) .. " " .. num(s_count[ki]) .. " " .. num(s_prev[ki])
+	local header = pack(F_STATE3, MAGIC + LOG, s_at[ki], s_count[ki], s_prev[ki])
 	local drop, m = l_drop[ki], l_m[ki]
 	local trim = drop
 	if m and trim > m then -- without m, fewer than m were read
@@ -603,9 +596,9 @@ local function save(ki, injected)
 		local at, h = push[2 * k - 1], push[2 * k]
 		nn = nn + 1
 		if h == 1 then
-			new[nn] = num(at)
+			new[nn] = pack(F_ENTRY1, at)
 		else
-			new[nn] = num(at) .. " " .. num(h)
+			new[nn] = pack(F_ENTRY2, at, h)
 		end
 	end
 	if l_exists[ki] then
@@ -635,30 +628,31 @@ local function apply(keys, args)
 	G = G + 1
 	dn = 0
 	out = {}
-	local A, no = args, 0
+	local A, no = args[1], 0
 	local time_now, injected
-	local p, na = 1, #args
+	if #args ~= 1 then
+		fail("envoy-rls: ARGV is one string")
+	end
+	local p, na = 1, #A
 	while p <= na do
-		local now = A[p]
-		if now == "" then
+		local now, n
+		now, n, p = unpack_(F_REQUEST, A, p)
+		if now < 0 then
 			if not time_now then
 				local t = call("TIME")
 				time_now = tonum(t[1]) * 1000000 + tonum(t[2])
 			end
 			now = time_now
 		else
-			now = tonum(now)
 			injected = true
 		end
-		if now < 0 then
-			now = 0
-		end
-		local n = tonum(A[p + 1])
 		local whole = n > 0
 		if not whole then
 			n = -n
 		end
-		p = p + 2
+		if p + n * ITEM_BYTES > na + 1 then
+			fail("envoy-rls: malformed arguments")
+		end
 		local first = p
 		no = no + 1
 		local commit_at = no
@@ -667,15 +661,11 @@ local function apply(keys, args)
 		local u_n, dn0 = 0, dn
 		local enforced_ok, groups = true, nil
 		for i = 1, n do
-			local ki, flags, req, w, capacity, hits = tonum(A[p]), tonum(A[p + 1]), tonum(A[p + 2]),
-				tonum(A[p + 3]), tonum(A[p + 4]), tonum(A[p + 5])
-			local group = floor(flags / FLAG_GROUP)
-			local alg = flags % FLAG_MODE
-			local mode = floor(flags / FLAG_MODE) % FLAG_MODE
-			local over = floor(flags / FLAG_OVER) % 2 == 1
-			local acct = floor(flags / FLAG_ACCOUNT) % 2 == 1
-			if alg > GCRA or mode > QUOTA then
-				fail("envoy-rls: unknown algorithm or mode in flags " .. A[p + 1])
+			local ki, alg, mode, bits, group, req, w, capacity, hits
+			ki, alg, mode, bits, group, req, w, capacity, hits, p = unpack_(F_ITEM, A, p)
+			local over, acct = bits % 2 == 1, bits >= BIT_ACCOUNT
+			if alg > GCRA or mode > QUOTA or bits > 3 or not K[ki] then
+				fail("envoy-rls: unknown algorithm, mode or key in item " .. i)
 			end
 			if lgen[ki] ~= G then
 				load(ki, alg)
@@ -726,7 +716,6 @@ local function apply(keys, args)
 			end
 			reply(no, ok, rem, retry, reset)
 			no = no + 4
-			p = p + ITEM_FIELDS
 		end
 		local commit = enforced_ok
 		if commit and whole and groups then
@@ -763,11 +752,10 @@ local function apply(keys, args)
 			-- allowing items' state as it stays.
 			local q = first
 			for i = 1, n do
-				local ki, flags, req, w, capacity, hits = tonum(A[q]), tonum(A[q + 1]), tonum(A[q + 2]),
-					tonum(A[q + 3]), tonum(A[q + 4]), tonum(A[q + 5])
-				local alg = flags % FLAG_MODE
-				if floor(flags / FLAG_ACCOUNT) % 2 == 1 and req > 0 then
-					local over = floor(flags / FLAG_OVER) % 2 == 1
+				local ki, alg, _, bits, _, req, w, capacity, hits
+				ki, alg, _, bits, _, req, w, capacity, hits, q = unpack_(F_ITEM, A, q)
+				if bits >= BIT_ACCOUNT and req > 0 then
+					local over = bits % 2 == 1
 					local ok, _, _, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
 					local push = hits > 0
 					if not ok then
@@ -788,7 +776,6 @@ local function apply(keys, args)
 					local _, rem, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
 					reply(commit_at + 4 * (i - 1), true, rem, 0, reset)
 				end
-				q = q + ITEM_FIELDS
 			end
 		end
 	end
