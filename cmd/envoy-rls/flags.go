@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
-	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -46,24 +45,11 @@ type options struct {
 
 	ResponseDynamicMetadata bool
 
-	RedisURL            redisURLFlag
-	RedisSentinel       addrList
-	RedisSentinelMaster string
-	RedisCluster        addrList
-	RedisPoolSize       int
-	RedisPipelines      int
-	RedisDialTimeout    time.Duration
-	RedisReadTimeout    time.Duration
-	RedisWriteTimeout   time.Duration
-	RedisBatchWindow    time.Duration
-	RedisBatchSize      int
-	LocalDenyCache      bool
-
-	RedisTLSCAFile             string
-	RedisTLSCertFile           string
-	RedisTLSKeyFile            string
-	RedisTLSServerName         string
-	RedisTLSInsecureSkipVerify bool
+	// redisConn is the main Redis (--redis-*); PerSecond the Redis of
+	// the per-second counters (--redis-persecond-*), when it has a server.
+	redisConn
+	PerSecond      redisConn
+	LocalDenyCache bool
 
 	BackendFailureLogInterval time.Duration
 
@@ -112,23 +98,9 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.TextVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff, "quota headers added to responses: off, ietf (RateLimit-Policy and RateLimit), draft03 (X-RateLimit-*), legacy (RateLimit-Limit/-Remaining/-Reset; true means legacy, false off) or all; Retry-After comes with every OVER_LIMIT whatever this says")
 	fs.StringVar(&o.OverLimitBody, "over-limit-body", "", `JSON body of OVER_LIMIT answers (raw_body), with {{rule}}, {{domain}}, {{descriptor_index}} and {{retry_after}} filled in, e.g. {"error":"rate_limited","rule":"{{rule}}","retry_after":{{retry_after}}}`)
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit's capacity past which allowed hits also count in envoy_rls_rule_near_limit_total (0 < ratio <= 1)")
-	fs.TextVar(&o.RedisURL, "redis-url", redisURLFlag{}, "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS")
-	fs.TextVar(&o.RedisSentinel, "redis-sentinel", addrList(nil), "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS")
-	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Sentinel master name")
-	fs.TextVar(&o.RedisCluster, "redis-cluster", addrList(nil), "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS")
-	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", 0, "connections per Redis node (0: go-redis default, 10 per CPU)")
-	fs.IntVar(&o.RedisPipelines, "redis-pipelines", redis.DefaultPipelines, "most pipelines in flight; requests arriving meanwhile go together in the next one, as one script call (fewer: larger batches, less Redis CPU per decision)")
-	fs.DurationVar(&o.RedisDialTimeout, "redis-dial-timeout", redis.DefaultDialTimeout, "Redis connect timeout")
-	fs.DurationVar(&o.RedisReadTimeout, "redis-read-timeout", redis.DefaultIOTimeout, "Redis read timeout: how long a pipeline may wait for its replies before its connection is given up (callers leave at their own deadline earlier without closing it)")
-	fs.DurationVar(&o.RedisWriteTimeout, "redis-write-timeout", redis.DefaultIOTimeout, "Redis write timeout")
-	fs.DurationVar(&o.RedisBatchWindow, "redis-batch-window", 0, "collect concurrent requests for up to this long and send them as one pipeline (0: send as soon as the connection is free)")
-	fs.IntVar(&o.RedisBatchSize, "redis-batch-size", redis.DefaultBatchSize, "most requests in one pipeline")
+	addRedisFlags(fs, &o.redisConn, "redis-")
+	addRedisFlags(fs, &o.PerSecond, perSecondPrefix)
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
-	fs.StringVar(&o.RedisTLSCAFile, "redis-tls-ca-file", "", "PEM CA bundle that verifies the Redis servers' certificates instead of the system roots; turns TLS on")
-	fs.StringVar(&o.RedisTLSCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis (mTLS), with --redis-tls-key-file; turns TLS on")
-	fs.StringVar(&o.RedisTLSKeyFile, "redis-tls-key-file", "", "PEM private key of --redis-tls-cert-file")
-	fs.StringVar(&o.RedisTLSServerName, "redis-tls-server-name", "", "name verified in the Redis servers' certificates (default: the --redis-url host, else each dialed host); turns TLS on")
-	fs.BoolVar(&o.RedisTLSInsecureSkipVerify, "redis-tls-insecure-skip-verify", false, "do not verify the Redis servers' certificates (for testing only); turns TLS on")
 	fs.DurationVar(&o.BackendFailureLogInterval, "backend-failure-log-interval", 10*time.Second, "while backend calls keep failing, one log line per interval counts them and names their causes")
 	addXDSFlags(fs, &o.xdsOptions)
 	if err := c.parse(args); err != nil {
@@ -197,25 +169,8 @@ func (o *options) validate() error {
 			errs = append(errs, errors.New("--max-keys must be at least 1"))
 		}
 	case "redis":
-		switch {
-		case !o.RedisURL.set() && len(o.RedisSentinel) == 0 && len(o.RedisCluster) == 0:
-			errs = append(errs, errors.New("--backend redis needs --redis-url, --redis-sentinel or --redis-cluster"))
-		case len(o.RedisSentinel) > 0 && len(o.RedisCluster) > 0:
-			errs = append(errs, errors.New("--redis-sentinel and --redis-cluster exclude each other"))
-		}
-		if (len(o.RedisSentinel) > 0) != (o.RedisSentinelMaster != "") {
-			errs = append(errs, errors.New("--redis-sentinel and --redis-sentinel-master go together"))
-		}
-		errs = append(errs, o.validateRedisTLS()...)
-		if o.RedisBatchSize < 1 {
-			errs = append(errs, errors.New("--redis-batch-size must be at least 1"))
-		}
-		if o.RedisPipelines < 1 {
-			errs = append(errs, errors.New("--redis-pipelines must be at least 1"))
-		}
-		if o.RedisBatchWindow < 0 {
-			errs = append(errs, errors.New("--redis-batch-window must not be negative"))
-		}
+		errs = append(errs, o.redisConn.validate()...)
+		errs = append(errs, o.validatePerSecond()...)
 	}
 	return errors.Join(errs...)
 }

@@ -14,28 +14,30 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
-// newRedisStore builds the Redis store from the options. It does not
-// connect: the service starts while Redis is down and the store reconnects
-// by itself.
-func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
-	tlsConf, err := redisTLSConfig(o)
+// newOneRedisStore builds the store of one Redis deployment: c says how to
+// reach it, o holds what both deployments share (key prefix, deny cache,
+// failure mode). It does not connect: the service starts while Redis is
+// down and the store reconnects by itself. Its metrics are registered on
+// reg.
+func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
+	tlsConf, err := redisTLSConfig(c)
 	if err != nil {
 		return nil, err
 	}
 	ro := redis.Options{
-		URL:              o.RedisURL.String(),
-		SentinelAddrs:    o.RedisSentinel,
-		SentinelMaster:   o.RedisSentinelMaster,
-		SentinelPassword: o.RedisSentinelPassword,
-		ClusterAddrs:     o.RedisCluster,
-		PoolSize:         o.RedisPoolSize,
-		Pipelines:        o.RedisPipelines,
-		DialTimeout:      o.RedisDialTimeout,
-		ReadTimeout:      o.RedisReadTimeout,
-		WriteTimeout:     o.RedisWriteTimeout,
+		URL:              c.RedisURL.String(),
+		SentinelAddrs:    c.RedisSentinel,
+		SentinelMaster:   c.RedisSentinelMaster,
+		SentinelPassword: c.RedisSentinelPassword,
+		ClusterAddrs:     c.RedisCluster,
+		PoolSize:         c.RedisPoolSize,
+		Pipelines:        c.RedisPipelines,
+		DialTimeout:      c.RedisDialTimeout,
+		ReadTimeout:      c.RedisReadTimeout,
+		WriteTimeout:     c.RedisWriteTimeout,
 		KeyPrefix:        o.KeyPrefix,
-		BatchWindow:      o.RedisBatchWindow,
-		BatchSize:        o.RedisBatchSize,
+		BatchWindow:      c.RedisBatchWindow,
+		BatchSize:        c.RedisBatchSize,
 		LocalDenyCache:   o.LocalDenyCache,
 		TLS:              tlsConf,
 	}
@@ -74,24 +76,17 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFal
 		}
 		return nil, err
 	}
-	mode := "standalone"
-	switch {
-	case len(o.RedisSentinel) > 0:
-		mode = "sentinel"
-	case len(o.RedisCluster) > 0:
-		mode = "cluster"
-	}
 	tlsMode := "off"
 	switch {
 	case tlsConf != nil && tlsConf.InsecureSkipVerify:
 		tlsMode = "unverified"
-		log.Warn("redis TLS certificates are not verified (--redis-tls-insecure-skip-verify): for testing only")
+		log.Warn("redis TLS certificates are not verified (" + c.flag("tls-insecure-skip-verify") + "): for testing only")
 	case tlsConf != nil && len(tlsConf.Certificates) > 0:
 		tlsMode = "mutual"
-	case tlsConf != nil || o.RedisURL.tls():
+	case tlsConf != nil || c.RedisURL.tls():
 		tlsMode = "on"
 	}
-	log.Info("redis backend", "mode", mode, "tls", tlsMode, "batch_window", o.RedisBatchWindow, "batch_size", o.RedisBatchSize, "pipelines", o.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.FailureMode.String())
+	log.Info("redis backend", "mode", c.mode(), "tls", tlsMode, "batch_window", c.RedisBatchWindow, "batch_size", c.RedisBatchSize, "pipelines", c.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.FailureMode.String())
 	registerRedisMetrics(reg, r)
 	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},

@@ -48,8 +48,6 @@ type xdsOptions struct {
 	HealthRequiresConfig bool
 	WatchRoot            string
 
-	RedisSentinelPassword string
-
 	// reference is the reference environment's translation when it was
 	// read (no --config and no --config-xds given), else nil.
 	reference *refenv.Result
@@ -81,7 +79,6 @@ func addXDSFlags(fs *flag.FlagSet, o *xdsOptions) {
 	fs.BoolVar(&o.ReferenceMetrics, "reference-metrics", false, "also export the reference server's series (ratelimit_service_*) that Envoy Gateway's dashboards read")
 	fs.BoolVar(&o.HealthRequiresConfig, "health-requires-config", false, "report unhealthy until a config with at least one domain is loaded")
 	fs.StringVar(&o.WatchRoot, "watch-root", "", "also reload when this directory (or symlink) is replaced, as the reference's RUNTIME_WATCH_ROOT does for RUNTIME_ROOT")
-	fs.StringVar(&o.RedisSentinelPassword, "redis-sentinel-password", "", "password of the Sentinels (not of the master)")
 }
 
 // lookupEnv reads the reference server's variables (tests replace it).

@@ -66,7 +66,7 @@ func TestNativeSettingsWin(t *testing.T) {
 func TestReferenceEnvironmentErrorsNameTheVariable(t *testing.T) {
 	for env, want := range map[string]string{
 		"BACKEND_TYPE=memcache": "BACKEND_TYPE=memcache is not supported",
-		"REDIS_PERSECOND=true":  "REDIS_PERSECOND=true is not supported",
+		"REDIS_TLS=true":        "REDIS_TLS=true is not supported",
 		"USE_STATSD=true":       "USE_STATSD=true is not supported",
 		"GRPC_PORT=x":           `GRPC_PORT="x"`,
 	} {

@@ -12,28 +12,28 @@ import (
 // redisTLSOn reports whether a --redis-tls-* flag asks for TLS. Any of them
 // turns TLS on for every Redis connection: the servers, and the Sentinels
 // too with --redis-sentinel.
-func (o options) redisTLSOn() bool {
-	return o.RedisTLSCAFile != "" || o.RedisTLSCertFile != "" || o.RedisTLSKeyFile != "" ||
-		o.RedisTLSServerName != "" || o.RedisTLSInsecureSkipVerify
+func (c redisConn) redisTLSOn() bool {
+	return c.RedisTLSCAFile != "" || c.RedisTLSCertFile != "" || c.RedisTLSKeyFile != "" ||
+		c.RedisTLSServerName != "" || c.RedisTLSInsecureSkipVerify
 }
 
 // validateRedisTLS checks the --redis-tls-* flags against each other and
 // against --redis-url, without reading any file.
-func (o options) validateRedisTLS() []error {
-	if !o.redisTLSOn() {
+func (c redisConn) validateRedisTLS() []error {
+	if !c.redisTLSOn() {
 		return nil
 	}
 	var errs []error
-	if (o.RedisTLSCertFile != "") != (o.RedisTLSKeyFile != "") {
-		errs = append(errs, errors.New("--redis-tls-cert-file and --redis-tls-key-file go together"))
+	if (c.RedisTLSCertFile != "") != (c.RedisTLSKeyFile != "") {
+		errs = append(errs, fmt.Errorf("%s and %s go together", c.flag("tls-cert-file"), c.flag("tls-key-file")))
 	}
-	if o.RedisTLSInsecureSkipVerify && o.RedisTLSCAFile != "" {
-		errs = append(errs, errors.New("--redis-tls-insecure-skip-verify and --redis-tls-ca-file exclude each other (nothing is verified)"))
+	if c.RedisTLSInsecureSkipVerify && c.RedisTLSCAFile != "" {
+		errs = append(errs, fmt.Errorf("%s and %s exclude each other (nothing is verified)", c.flag("tls-insecure-skip-verify"), c.flag("tls-ca-file")))
 	}
-	if o.RedisURL.set() && !o.RedisURL.tls() {
+	if c.RedisURL.set() && !c.RedisURL.tls() {
 		// A redis:// URL says plain TCP: rather than silently upgrading it,
 		// ask for the scheme that says TLS.
-		errs = append(errs, fmt.Errorf("--redis-tls-* flags need a rediss:// --redis-url, got scheme %q", o.RedisURL.url.Scheme))
+		errs = append(errs, fmt.Errorf("%s flags need a rediss:// %s, got scheme %q", c.flag("tls-*"), c.flag("url"), c.RedisURL.url.Scheme))
 	}
 	return errs
 }
@@ -46,48 +46,48 @@ func (o options) validateRedisTLS() []error {
 // The name verified in a server's certificate is --redis-tls-server-name,
 // else the --redis-url host when it has one, else the host each connection
 // dials (a Sentinel, the master it names, a Cluster node).
-func redisTLSConfig(o options) (*tls.Config, error) {
-	if !o.redisTLSOn() {
+func redisTLSConfig(c redisConn) (*tls.Config, error) {
+	if !c.redisTLSOn() {
 		return nil, nil
 	}
 	cfg := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
-		ServerName:         o.RedisTLSServerName,
-		InsecureSkipVerify: o.RedisTLSInsecureSkipVerify,
+		ServerName:         c.RedisTLSServerName,
+		InsecureSkipVerify: c.RedisTLSInsecureSkipVerify,
 	}
-	if o.RedisURL.set() {
+	if c.RedisURL.set() {
 		if cfg.ServerName == "" {
-			cfg.ServerName = o.RedisURL.url.Hostname()
+			cfg.ServerName = c.RedisURL.url.Hostname()
 		}
 		// Keep the URL's skip_verify=true, which go-redis honours too.
-		if o.RedisURL.skipVerify {
+		if c.RedisURL.skipVerify {
 			cfg.InsecureSkipVerify = true
 		}
 	}
-	if o.RedisTLSCAFile != "" {
-		caPEM, err := os.ReadFile(o.RedisTLSCAFile)
+	if c.RedisTLSCAFile != "" {
+		caPEM, err := os.ReadFile(c.RedisTLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("--redis-tls-ca-file: %w", err)
+			return nil, fmt.Errorf("%s: %w", c.flag("tls-ca-file"), err)
 		}
 		if cfg.RootCAs, err = certPool(caPEM); err != nil {
-			return nil, fmt.Errorf("--redis-tls-ca-file %s: %w", o.RedisTLSCAFile, err)
+			return nil, fmt.Errorf("%s %s: %w", c.flag("tls-ca-file"), c.RedisTLSCAFile, err)
 		}
 	}
-	if o.RedisTLSCertFile != "" || o.RedisTLSKeyFile != "" {
-		if o.RedisTLSCertFile == "" || o.RedisTLSKeyFile == "" {
-			return nil, errors.New("--redis-tls-cert-file and --redis-tls-key-file go together")
+	if c.RedisTLSCertFile != "" || c.RedisTLSKeyFile != "" {
+		if c.RedisTLSCertFile == "" || c.RedisTLSKeyFile == "" {
+			return nil, fmt.Errorf("%s and %s go together", c.flag("tls-cert-file"), c.flag("tls-key-file"))
 		}
-		certPEM, err := os.ReadFile(o.RedisTLSCertFile)
+		certPEM, err := os.ReadFile(c.RedisTLSCertFile)
 		if err != nil {
-			return nil, fmt.Errorf("--redis-tls-cert-file: %w", err)
+			return nil, fmt.Errorf("%s: %w", c.flag("tls-cert-file"), err)
 		}
-		keyPEM, err := os.ReadFile(o.RedisTLSKeyFile)
+		keyPEM, err := os.ReadFile(c.RedisTLSKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--redis-tls-key-file: %w", err)
+			return nil, fmt.Errorf("%s: %w", c.flag("tls-key-file"), err)
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
-			return nil, fmt.Errorf("--redis-tls-cert-file %s with --redis-tls-key-file %s: %w", o.RedisTLSCertFile, o.RedisTLSKeyFile, err)
+			return nil, fmt.Errorf("%s %s with %s %s: %w", c.flag("tls-cert-file"), c.RedisTLSCertFile, c.flag("tls-key-file"), c.RedisTLSKeyFile, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}

@@ -95,19 +95,19 @@ func TestRedisTLSConfigFileErrorsNameTheFlag(t *testing.T) {
 	url := "rediss://127.0.0.1:1/0"
 	for _, tc := range []struct {
 		name string
-		o    options
+		o    redisConn
 		want []string
 	}{
-		{"missing CA", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: missing}, []string{"--redis-tls-ca-file", missing}},
-		{"unreadable CA", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: unreadable}, []string{"--redis-tls-ca-file", unreadable}},
-		{"CA not PEM", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: notPEM}, []string{"--redis-tls-ca-file", notPEM, "no PEM certificate"}},
-		{"CA is a key", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: files.ClientKey}, []string{"--redis-tls-ca-file", "no PEM certificate"}},
-		{"CA block not a certificate", options{RedisURL: mustRedisURL(url), RedisTLSCAFile: badCert}, []string{"--redis-tls-ca-file", badCert, "certificate 1"}},
-		{"missing cert", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: missing, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", missing}},
-		{"missing key", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: missing}, []string{"--redis-tls-key-file", missing}},
-		{"cert not PEM", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: notPEM, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", notPEM}},
-		{"key of another cert", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ServerKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", "does not match"}},
-		{"cert without key", options{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert}, []string{"--redis-tls-cert-file and --redis-tls-key-file go together"}},
+		{"missing CA", redisConn{RedisURL: mustRedisURL(url), RedisTLSCAFile: missing}, []string{"--redis-tls-ca-file", missing}},
+		{"unreadable CA", redisConn{RedisURL: mustRedisURL(url), RedisTLSCAFile: unreadable}, []string{"--redis-tls-ca-file", unreadable}},
+		{"CA not PEM", redisConn{RedisURL: mustRedisURL(url), RedisTLSCAFile: notPEM}, []string{"--redis-tls-ca-file", notPEM, "no PEM certificate"}},
+		{"CA is a key", redisConn{RedisURL: mustRedisURL(url), RedisTLSCAFile: files.ClientKey}, []string{"--redis-tls-ca-file", "no PEM certificate"}},
+		{"CA block not a certificate", redisConn{RedisURL: mustRedisURL(url), RedisTLSCAFile: badCert}, []string{"--redis-tls-ca-file", badCert, "certificate 1"}},
+		{"missing cert", redisConn{RedisURL: mustRedisURL(url), RedisTLSCertFile: missing, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", missing}},
+		{"missing key", redisConn{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: missing}, []string{"--redis-tls-key-file", missing}},
+		{"cert not PEM", redisConn{RedisURL: mustRedisURL(url), RedisTLSCertFile: notPEM, RedisTLSKeyFile: files.ClientKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", notPEM}},
+		{"key of another cert", redisConn{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ServerKey}, []string{"--redis-tls-cert-file", "--redis-tls-key-file", "does not match"}},
+		{"cert without key", redisConn{RedisURL: mustRedisURL(url), RedisTLSCertFile: files.ClientCert}, []string{"--redis-tls-cert-file and --redis-tls-key-file go together"}},
 	} {
 		cfg, err := redisTLSConfig(tc.o)
 		if err == nil {
@@ -120,7 +120,7 @@ func TestRedisTLSConfigFileErrorsNameTheFlag(t *testing.T) {
 			}
 		}
 	}
-	if cfg, err := redisTLSConfig(options{RedisURL: mustRedisURL(url)}); cfg != nil || err != nil {
+	if cfg, err := redisTLSConfig(redisConn{RedisURL: mustRedisURL(url)}); cfg != nil || err != nil {
 		t.Errorf("no TLS flag: got %v, %v; want nil, nil (a rediss:// URL keeps go-redis's own)", cfg, err)
 	}
 }
@@ -233,7 +233,7 @@ func TestRedisTLSConfigHandshake(t *testing.T) {
 	files := redistest.NewTLSFiles(t)
 	peer := startTLSPeer(t, files)
 	url := "rediss://" + peer.addr + "/0"
-	build := func(o options) *tls.Config {
+	build := func(o redisConn) *tls.Config {
 		t.Helper()
 		cfg, err := redisTLSConfig(o)
 		if err != nil {
@@ -244,7 +244,7 @@ func TestRedisTLSConfigHandshake(t *testing.T) {
 		}
 		return cfg
 	}
-	mtls := options{RedisURL: mustRedisURL(url), RedisTLSCAFile: files.CA, RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ClientKey}
+	mtls := redisConn{RedisURL: mustRedisURL(url), RedisTLSCAFile: files.CA, RedisTLSCertFile: files.ClientCert, RedisTLSKeyFile: files.ClientKey}
 
 	// Private CA and client certificate: accepted both ways; the server
 	// name is the URL's host, an IP address in the certificate.

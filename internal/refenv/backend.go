@@ -72,105 +72,17 @@ func (t *translator) backend() {
 		return
 	}
 	t.set("backend", "redis", "BACKEND_TYPE")
+	tlsOn := t.redis(mainRedis)
+	// REDIS_PERSECOND: a second Redis for the counters of SECOND limits,
+	// configured by the same variables with REDIS_PERSECOND_ (the TLS
+	// files are shared, as in the reference).
 	if t.boolean("REDIS_PERSECOND", false) {
-		t.unsupported("REDIS_PERSECOND", "true", "one Redis (or Sentinel, or Cluster) holds every counter")
+		tlsOn = t.redis(perSecondRedis) || tlsOn
 	}
-	tlsOn := t.boolean("REDIS_TLS", false)
-	scheme := "redis"
-	if tlsOn {
-		scheme = "rediss"
-	}
-	var user *url.Userinfo
-	if auth := t.str("REDIS_AUTH", ""); auth != "" {
-		if u, p, ok := strings.Cut(auth, ":"); ok {
-			user = url.UserPassword(u, p)
-		} else {
-			user = url.UserPassword("", auth)
-		}
-	}
-	rawURL := t.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	socket := strings.ToLower(t.str("REDIS_SOCKET_TYPE", "unix"))
-	if socket != "unix" && socket != "tcp" {
-		t.errs = append(t.errs, fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", t.str("REDIS_SOCKET_TYPE", "")))
-		return
-	}
-	redisURL := func(host string) string {
-		u := url.URL{Scheme: scheme, Host: host, User: user}
-		return u.String()
-	}
-	urlVars := []string{"REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS"}
-	switch typ := strings.ToUpper(t.str("REDIS_TYPE", "SINGLE")); typ {
-	case "SINGLE":
-		t.ignore("REDIS_SENTINEL_AUTH", "REDIS_TYPE is not SENTINEL")
-		if socket == "unix" {
-			if tlsOn {
-				t.unsupported("REDIS_TLS", "true", "TLS over a unix socket")
-			}
-			u := url.URL{Scheme: "unix", Path: rawURL, User: user}
-			t.set("redis-url", u.String(), urlVars...)
-			break
-		}
-		if strings.Contains(rawURL, ",") {
-			t.errs = append(t.errs, fmt.Errorf("REDIS_URL=%q: a list needs REDIS_TYPE=SENTINEL or CLUSTER", rawURL))
-			return
-		}
-		t.set("redis-url", redisURL(rawURL), urlVars...)
-	case "SENTINEL":
-		parts := strings.Split(rawURL, ",")
-		if len(parts) < 2 || parts[0] == "" {
-			t.errs = append(t.errs, fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=SENTINEL wants master,host:port[,host:port...]", rawURL))
-			return
-		}
-		t.set("redis-sentinel-master", parts[0], "REDIS_URL")
-		t.set("redis-sentinel", strings.Join(parts[1:], ","), "REDIS_URL")
-		if user != nil || tlsOn {
-			t.set("redis-url", redisURL(parts[1]), urlVars...)
-		}
-		if a := t.str("REDIS_SENTINEL_AUTH", ""); a != "" {
-			t.set("redis-sentinel-password", a, "REDIS_SENTINEL_AUTH")
-		}
-	case "CLUSTER":
-		t.ignore("REDIS_SENTINEL_AUTH", "REDIS_TYPE is not SENTINEL")
-		t.set("redis-cluster", rawURL, "REDIS_URL")
-		if user != nil || tlsOn {
-			t.set("redis-url", redisURL(strings.Split(rawURL, ",")[0]), urlVars...)
-		}
-	default:
-		t.errs = append(t.errs, fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", t.str("REDIS_TYPE", "")))
-	}
-	if tlsOn {
-		for _, m := range []struct{ v, flag string }{
-			{"REDIS_TLS_CLIENT_CERT", "redis-tls-cert-file"},
-			{"REDIS_TLS_CLIENT_KEY", "redis-tls-key-file"},
-			{"REDIS_TLS_CACERT", "redis-tls-ca-file"},
-		} {
-			if s := t.str(m.v, ""); s != "" {
-				t.set(m.flag, s, m.v)
-			}
-		}
-		if t.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
-			t.set("redis-tls-insecure-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
-		}
-	} else {
+	if !tlsOn {
 		for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
 			t.ignore(v, "REDIS_TLS is not true")
 		}
-	}
-	if n := t.integer("REDIS_POOL_SIZE", 10); n < 1 {
-		t.errs = append(t.errs, fmt.Errorf("REDIS_POOL_SIZE=%d: want at least 1", n))
-	} else {
-		t.set("redis-pool-size", strconv.Itoa(n), "REDIS_POOL_SIZE")
-	}
-	if d, _ := t.duration("REDIS_TIMEOUT", 10*time.Second); d > 0 {
-		for _, f := range []string{"redis-dial-timeout", "redis-read-timeout", "redis-write-timeout"} {
-			t.set(f, d.String(), "REDIS_TIMEOUT")
-		}
-	}
-	if d, ok := t.duration("REDIS_PIPELINE_WINDOW", 0); ok {
-		t.set("redis-batch-window", d.String(), "REDIS_PIPELINE_WINDOW")
-	}
-	if n := t.integer("REDIS_PIPELINE_LIMIT", 0); n > 0 {
-		t.set("redis-batch-size", strconv.Itoa(n), "REDIS_PIPELINE_LIMIT")
 	}
 	if p := t.str("CACHE_KEY_PREFIX", ""); p != "" {
 		t.set("key-prefix", p, "CACHE_KEY_PREFIX")
@@ -178,6 +90,122 @@ func (t *translator) backend() {
 	if t.isSet("LOCAL_CACHE_SIZE_IN_BYTES") {
 		t.set("local-deny-cache", strconv.FormatBool(t.integer("LOCAL_CACHE_SIZE_IN_BYTES", 0) > 0), "LOCAL_CACHE_SIZE_IN_BYTES")
 	}
+}
+
+// redisVars names the variables of one Redis (the reference's REDIS_* or
+// REDIS_PERSECOND_*) and the flags they map to (--redis-* or
+// --redis-persecond-*).
+type redisVars struct {
+	v, flag, defaultURL string
+	on                  string // the variable that turns it on, if any
+}
+
+var (
+	mainRedis      = redisVars{"REDIS_", "redis-", "/var/run/nutcracker/ratelimit.sock", ""}
+	perSecondRedis = redisVars{"REDIS_PERSECOND_", "redis-persecond-", "/var/run/nutcracker/ratelimitpersecond.sock", "REDIS_PERSECOND"}
+)
+
+// redis maps one Redis's variables to its flags and reports whether its
+// TLS is on.
+func (t *translator) redis(r redisVars) (tlsOn bool) {
+	tlsOn = t.boolean(r.v+"TLS", false)
+	scheme := "redis"
+	if tlsOn {
+		scheme = "rediss"
+	}
+	var user *url.Userinfo
+	if auth := t.str(r.v+"AUTH", ""); auth != "" {
+		if u, p, ok := strings.Cut(auth, ":"); ok {
+			user = url.UserPassword(u, p)
+		} else {
+			user = url.UserPassword("", auth)
+		}
+	}
+	rawURL := t.str(r.v+"URL", r.defaultURL)
+	socket := strings.ToLower(t.str(r.v+"SOCKET_TYPE", "unix"))
+	if socket != "unix" && socket != "tcp" {
+		t.errs = append(t.errs, fmt.Errorf("%sSOCKET_TYPE=%q: want tcp or unix", r.v, t.str(r.v+"SOCKET_TYPE", "")))
+		return tlsOn
+	}
+	redisURL := func(host string) string {
+		u := url.URL{Scheme: scheme, Host: host, User: user}
+		return u.String()
+	}
+	urlVars := []string{r.v + "URL", r.v + "SOCKET_TYPE", r.v + "AUTH", r.v + "TLS"}
+	if r.on != "" {
+		urlVars = append(urlVars, r.on)
+	}
+	switch typ := strings.ToUpper(t.str(r.v+"TYPE", "SINGLE")); typ {
+	case "SINGLE":
+		t.ignore(r.v+"SENTINEL_AUTH", r.v+"TYPE is not SENTINEL")
+		if socket == "unix" {
+			if tlsOn {
+				t.unsupported(r.v+"TLS", "true", "TLS over a unix socket")
+			}
+			u := url.URL{Scheme: "unix", Path: rawURL, User: user}
+			t.set(r.flag+"url", u.String(), urlVars...)
+			break
+		}
+		if strings.Contains(rawURL, ",") {
+			t.errs = append(t.errs, fmt.Errorf("%sURL=%q: a list needs %sTYPE=SENTINEL or CLUSTER", r.v, rawURL, r.v))
+			return tlsOn
+		}
+		t.set(r.flag+"url", redisURL(rawURL), urlVars...)
+	case "SENTINEL":
+		parts := strings.Split(rawURL, ",")
+		if len(parts) < 2 || parts[0] == "" {
+			t.errs = append(t.errs, fmt.Errorf("%sURL=%q: %sTYPE=SENTINEL wants master,host:port[,host:port...]", r.v, rawURL, r.v))
+			return tlsOn
+		}
+		t.set(r.flag+"sentinel-master", parts[0], r.v+"URL")
+		t.set(r.flag+"sentinel", strings.Join(parts[1:], ","), r.v+"URL")
+		if user != nil || tlsOn {
+			t.set(r.flag+"url", redisURL(parts[1]), urlVars...)
+		}
+		if a := t.str(r.v+"SENTINEL_AUTH", ""); a != "" {
+			t.set(r.flag+"sentinel-password", a, r.v+"SENTINEL_AUTH")
+		}
+	case "CLUSTER":
+		t.ignore(r.v+"SENTINEL_AUTH", r.v+"TYPE is not SENTINEL")
+		t.set(r.flag+"cluster", rawURL, r.v+"URL")
+		if user != nil || tlsOn {
+			t.set(r.flag+"url", redisURL(strings.Split(rawURL, ",")[0]), urlVars...)
+		}
+	default:
+		t.errs = append(t.errs, fmt.Errorf("%sTYPE=%q: want SINGLE, SENTINEL or CLUSTER", r.v, t.str(r.v+"TYPE", "")))
+	}
+	if tlsOn {
+		// The TLS files are REDIS_TLS_*, whichever Redis uses them.
+		for _, m := range []struct{ v, flag string }{
+			{"REDIS_TLS_CLIENT_CERT", "tls-cert-file"},
+			{"REDIS_TLS_CLIENT_KEY", "tls-key-file"},
+			{"REDIS_TLS_CACERT", "tls-ca-file"},
+		} {
+			if s := t.str(m.v, ""); s != "" {
+				t.set(r.flag+m.flag, s, m.v)
+			}
+		}
+		if t.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+			t.set(r.flag+"tls-insecure-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+		}
+	}
+	if n := t.integer(r.v+"POOL_SIZE", 10); n < 1 {
+		t.errs = append(t.errs, fmt.Errorf("%sPOOL_SIZE=%d: want at least 1", r.v, n))
+	} else {
+		t.set(r.flag+"pool-size", strconv.Itoa(n), r.v+"POOL_SIZE")
+	}
+	if d, _ := t.duration(r.v+"TIMEOUT", 10*time.Second); d > 0 {
+		for _, f := range []string{"dial-timeout", "read-timeout", "write-timeout"} {
+			t.set(r.flag+f, d.String(), r.v+"TIMEOUT")
+		}
+	}
+	if d, ok := t.duration(r.v+"PIPELINE_WINDOW", 0); ok {
+		t.set(r.flag+"batch-window", d.String(), r.v+"PIPELINE_WINDOW")
+	}
+	if n := t.integer(r.v+"PIPELINE_LIMIT", 0); n > 0 {
+		t.set(r.flag+"batch-size", strconv.Itoa(n), r.v+"PIPELINE_LIMIT")
+	}
+	return tlsOn
 }
 
 func (t *translator) modes() {
@@ -216,6 +244,9 @@ func (t *translator) ignored() {
 		for _, v := range perSecondVars {
 			t.ignore(v, "REDIS_PERSECOND is not true")
 		}
+	} else {
+		t.ignore("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "pipelines are per connection (see --redis-persecond-batch-size)")
+		t.ignore("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "calls wait for a connection within their deadline")
 	}
 }
 

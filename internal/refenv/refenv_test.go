@@ -119,7 +119,36 @@ func TestEveryVariable(t *testing.T) {
 		{map[string]string{"REDIS_TIMEOUT": "2s"}, []want{{flag: "redis-dial-timeout", value: "2s"}, {flag: "redis-read-timeout", value: "2s"}, {flag: "redis-write-timeout", value: "2s"}}},
 		{map[string]string{"REDIS_PIPELINE_WINDOW": "150us"}, []want{{flag: "redis-batch-window", value: "150µs"}}},
 		{map[string]string{"REDIS_PIPELINE_LIMIT": "8"}, []want{{flag: "redis-batch-size", value: "8"}}},
-		{map[string]string{"REDIS_PERSECOND": "true"}, []want{{err: "REDIS_PERSECOND=true is not supported"}}},
+		{map[string]string{"REDIS_PERSECOND": "true"}, []want{{flag: "redis-persecond-url", value: "unix:///var/run/nutcracker/ratelimitpersecond.sock"}}},
+		{map[string]string{"REDIS_PERSECOND": "false", "REDIS_PERSECOND_URL": "ps:1"}, []want{{flag: "REDIS_PERSECOND_URL", ignored: true}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:6380"), []want{{flag: "redis-persecond-url", value: "redis://ps:6380"}}},
+		{perSecond("REDIS_PERSECOND_URL", "/run/ps.sock"), []want{{flag: "redis-persecond-url", value: "unix:///run/ps.sock"}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "udp"), []want{{err: `REDIS_PERSECOND_SOCKET_TYPE="udp"`}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "a:1,b:2"), []want{{err: "a list needs REDIS_PERSECOND_TYPE=SENTINEL or CLUSTER"}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_AUTH", "user:pw"), []want{{flag: "redis-persecond-url", value: "redis://user:pw@ps:1"}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TLS", "true"), []want{{flag: "redis-persecond-url", value: "rediss://ps:1"}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TLS", "true", "REDIS_TLS_CACERT", "/rca"),
+			[]want{{flag: "redis-persecond-tls-ca-file", value: "/rca"}, {flag: "redis-tls-ca-file", value: ""}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TLS", "true", "REDIS_TLS_CLIENT_CERT", "/rc", "REDIS_TLS_CLIENT_KEY", "/rk"),
+			[]want{{flag: "redis-persecond-tls-cert-file", value: "/rc"}, {flag: "redis-persecond-tls-key-file", value: "/rk"}}},
+		{perSecond("REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "ps:1", "REDIS_PERSECOND_TLS", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+			[]want{{flag: "redis-persecond-tls-insecure-skip-verify", value: "true"}}},
+		{perSecond("REDIS_PERSECOND_TLS", "true"), []want{{err: "REDIS_PERSECOND_TLS=true is not supported by envoy-rls: TLS over a unix socket"}}},
+		{perSecond("REDIS_PERSECOND_TYPE", "SENTINEL", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "psmaster,s1:26379,s2:26379"),
+			[]want{{flag: "redis-persecond-sentinel-master", value: "psmaster"}, {flag: "redis-persecond-sentinel", value: "s1:26379,s2:26379"}}},
+		{perSecond("REDIS_PERSECOND_TYPE", "SENTINEL", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "s1:26379"), []want{{err: "REDIS_PERSECOND_TYPE=SENTINEL wants master,host:port"}}},
+		{perSecond("REDIS_PERSECOND_TYPE", "SENTINEL", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "m,s1:1", "REDIS_PERSECOND_SENTINEL_AUTH", "sp"),
+			[]want{{flag: "redis-persecond-sentinel-password", value: "sp"}, {flag: "redis-sentinel-password", value: ""}}},
+		{perSecond("REDIS_PERSECOND_SENTINEL_AUTH", "sp"), []want{{flag: "REDIS_PERSECOND_SENTINEL_AUTH", ignored: true}}},
+		{perSecond("REDIS_PERSECOND_TYPE", "cluster", "REDIS_PERSECOND_SOCKET_TYPE", "tcp", "REDIS_PERSECOND_URL", "n1:7000,n2:7000"), []want{{flag: "redis-persecond-cluster", value: "n1:7000,n2:7000"}}},
+		{perSecond("REDIS_PERSECOND_TYPE", "RING"), []want{{err: `REDIS_PERSECOND_TYPE="RING"`}}},
+		{perSecond("REDIS_PERSECOND_POOL_SIZE", "20"), []want{{flag: "redis-persecond-pool-size", value: "20"}}},
+		{perSecond("REDIS_PERSECOND_POOL_SIZE", "0"), []want{{err: "REDIS_PERSECOND_POOL_SIZE=0"}}},
+		{perSecond("REDIS_PERSECOND_TIMEOUT", "2s"), []want{{flag: "redis-persecond-dial-timeout", value: "2s"}, {flag: "redis-persecond-read-timeout", value: "2s"}, {flag: "redis-persecond-write-timeout", value: "2s"}}},
+		{perSecond("REDIS_PERSECOND_PIPELINE_WINDOW", "150us"), []want{{flag: "redis-persecond-batch-window", value: "150µs"}}},
+		{perSecond("REDIS_PERSECOND_PIPELINE_LIMIT", "8"), []want{{flag: "redis-persecond-batch-size", value: "8"}}},
+		{perSecond("REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "4"), []want{{flag: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", ignored: true}}},
+		{perSecond("REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", "WAIT"), []want{{flag: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", ignored: true}}},
 		{map[string]string{"REDIS_PERSECOND_URL": "x"}, []want{{flag: "REDIS_PERSECOND_URL", ignored: true}}},
 		{map[string]string{"CACHE_KEY_PREFIX": "eg_"}, []want{{flag: "key-prefix", value: "eg_"}}},
 		{map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}, []want{{flag: "local-deny-cache", value: "false"}}},
@@ -195,6 +224,15 @@ func TestEveryVariable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// perSecond is an environment with REDIS_PERSECOND=true and kv.
+func perSecond(kv ...string) map[string]string {
+	m := map[string]string{"REDIS_PERSECOND": "true"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
 }
 
 func xds(kv ...string) map[string]string {

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/split"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
+)
+
+// newRedisStore builds the redis backend: the main Redis's store, and when
+// a per-second Redis is given (--redis-persecond-*, the reference's
+// REDIS_PERSECOND), a split store that keeps the counters of limits of a
+// second or less there (see pkg/backend/split). Each Redis then has its own
+// failure handling (its embedded fallback under --failure-mode local, its
+// own write-backs), its metrics carry redis="main" or redis="persecond",
+// and readiness waits for both.
+func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
+	if !o.PerSecond.enabled() {
+		return newOneRedisStore(o, o.redisConn, reg, log, onFallback)
+	}
+	main, err := newOneRedisStore(o, o.redisConn, prometheus.WrapRegistererWith(prometheus.Labels{"redis": "main"}, reg), log.With("redis", "main"), onFallback)
+	if err != nil {
+		return nil, err
+	}
+	psFallback := func(err error) { onFallback(fmt.Errorf("per-second redis: %w", err)) }
+	ps, err := newOneRedisStore(o, o.PerSecond, prometheus.WrapRegistererWith(prometheus.Labels{"redis": "persecond"}, reg), log.With("redis", "persecond"), psFallback)
+	if err != nil {
+		main.Close()
+		return nil, fmt.Errorf("per-second redis: %w", err)
+	}
+	s := split.New(main, ps, split.Options{ContinueOnError: o.FailureMode == rls.FailOpen})
+	stat := func(name, help string, f func(split.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(s.Stats())) })
+	}
+	reg.MustRegister(
+		stat("envoy_rls_redis_persecond_mixed_requests_total", "Requests with limits on both Redis deployments (per-second and main), decided in up to three calls.", func(s split.Stats) uint64 { return s.Mixed }),
+		stat("envoy_rls_redis_persecond_overcharged_total", "Mixed requests whose per-second limits were charged before the main Redis denied them (a concurrent request took the main limit's last room); the extra hits lapse with the per-second window.", func(s split.Stats) uint64 { return s.OverCharged }),
+	)
+	return s, nil
+}
