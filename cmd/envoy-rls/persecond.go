@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/split"
@@ -19,6 +20,10 @@ import (
 // own write-backs), its metrics carry redis="main" or redis="persecond",
 // and readiness waits for both.
 func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
+	// go-redis logs connection trouble on its own, process-wide; route it
+	// to our logger at debug level, since every failure that matters to a
+	// call is already counted and logged (throttled) by the service.
+	goredis.SetLogger(redisLogger{log})
 	if !o.PerSecond.enabled() {
 		return newOneRedisStore(o, o.redisConn, reg, log, onFallback)
 	}

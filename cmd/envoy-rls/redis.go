@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
@@ -65,10 +64,6 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 				"addr", l.Addr, "maxmemory", l.MaxMemory, "maxmemory_policy", l.Policy)
 		}
 	}
-	// go-redis logs connection trouble on its own; route it to our logger at
-	// debug level, since every failure that matters to a call is already
-	// counted and logged (throttled) by the service.
-	goredis.SetLogger(redisLogger{log})
 	r, err := redis.New(ro)
 	if err != nil {
 		if fallback != nil {

@@ -233,6 +233,53 @@ func TestRedisPerStoreFailureModes(t *testing.T) {
 	})
 }
 
+// With the main Redis down, the peek of the main part fails first. Under
+// allow the failed peek's hits are written back by the main store itself
+// (once, not again by a second call) and the per-second part is charged;
+// under local the main fallback decides the peek without keeping anything
+// (it is denied by its blockers) and then the charge, which alone is
+// written back.
+func TestRedisMainDown(t *testing.T) {
+	items := func() []backend.Item {
+		return []backend.Item{{Key: "s/f", Limit: lim(100), Hits: 1}, {Key: "m/f", Limit: lim(100), Hits: 1}}
+	}
+	for _, mode := range []string{"allow", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			mainOpts, opts := redis.Options{CountFailedOpen: true}, split.Options{ContinueOnError: true}
+			if mode == "local" {
+				fallback := memory.New()
+				defer fallback.Close()
+				mainOpts, opts = redis.Options{Fallback: fallback}, split.Options{}
+			}
+			s, main, ps, mainSrv, _ := twoRedis(t, byPrefix, mainOpts, redis.Options{}, opts)
+			mainSrv.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			allowed, err := s.Apply(ctx, items(), make([]algorithms.Decision, 2))
+			if mode == "allow" && err == nil {
+				t.Fatal("no error with the main Redis down")
+			}
+			if mode == "local" && (err != nil || !allowed) {
+				t.Fatalf("Apply: %v %v, want allowed by the fallback", allowed, err)
+			}
+			if r := remaining(t, ps, "s/f", lim(100)); r != 99 {
+				t.Errorf("per-second remaining %d, want 99", r)
+			}
+			mainSrv.Restart()
+			testutil.WaitFor(t, 10*time.Second, "the main store's write-backs done", func() bool {
+				st := main.Stats()
+				return st.WriteBackHits > 0 && st.WriteBackPending == 0
+			})
+			if st := main.Stats(); st.WriteBackHits != 1 {
+				t.Errorf("%d hits written back to the main Redis, want 1", st.WriteBackHits)
+			}
+			if r := remaining(t, main, "m/f", lim(100)); r != 99 {
+				t.Errorf("main remaining %d after the write-back, want 99 (the hit counted once)", r)
+			}
+		})
+	}
+}
+
 // Ping checks both servers and names the one that does not answer.
 func TestRedisPing(t *testing.T) {
 	s, _, _, _, psSrv := twoRedis(t, byPrefix, redis.Options{}, redis.Options{}, split.Options{})
