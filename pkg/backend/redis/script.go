@@ -193,8 +193,11 @@ type scriptCall struct {
 	cmd    *goredis.IntSliceCmd
 }
 
-func newScriptCall() *scriptCall {
-	return &scriptCall{index: make(map[string]int)}
+// newScriptCall returns an empty call, with room for requests of items
+// in all.
+func newScriptCall(requests, items int) *scriptCall {
+	return &scriptCall{index: make(map[string]int, items), keys: make([]string, 0, items),
+		args: make([]byte, 0, requestBytes*requests+itemBytes*items)}
 }
 
 // add appends the request part g (with the call's now: -1 for Redis's

@@ -96,7 +96,7 @@ func TestScriptCallLayout(t *testing.T) {
 	}
 	first := group{items: []item{encodeItem(items, 0, "p:a"), encodeItem(items, 1, "p:b")}}
 	second := group{items: []item{encodeItem(items, 1, "p:b")}}
-	sc := newScriptCall()
+	sc := newScriptCall(0, 0)
 	sc.add(&first, -1, true)
 	sc.add(&second, 123, false)
 	if len(sc.keys) != 2 || sc.keys[0] != "p:a" || sc.keys[1] != "p:b" {

@@ -64,6 +64,7 @@ type Store struct {
 	batchSize int
 	queue     chan *call
 	sem       chan struct{} // one token per pipeline in flight
+	work      chan []*call  // batches from collect to the workers
 
 	deny      *otter.Cache[string, denial] // nil when disabled
 	denyClock backend.Clock
@@ -167,9 +168,13 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 			}),
 		})
 	}
-	r.wg.Add(2)
+	r.work = make(chan []*call)
+	r.wg.Add(2 + workers)
 	go r.collect()
 	go r.flushLoop()
+	for range workers {
+		go r.worker()
+	}
 	return r, nil
 }
 
