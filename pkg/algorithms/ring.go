@@ -54,3 +54,11 @@ func (r *ring) push(e logEntry) {
 	r.buf[(r.head+r.n)&(len(r.buf)-1)] = e
 	r.n++
 }
+
+// logEntryBytes is the size of one logEntry in a ring's buffer.
+const logEntryBytes = 16
+
+// HeapBytes returns the bytes s holds outside its own struct: the buffer of
+// a sliding window log (16 bytes per slot), zero for the other algorithms.
+// A store that bounds its memory weighs a key with it.
+func (s State) HeapBytes() int { return cap(s.log.buf) * logEntryBytes }

@@ -1,6 +1,10 @@
 package algorithms
 
-import "testing"
+import (
+	"testing"
+	"time"
+	"unsafe"
+)
 
 func entries(r ring) []logEntry {
 	var es []logEntry
@@ -84,5 +88,28 @@ func TestRingKeepsOlderViews(t *testing.T) {
 	}
 	if want := []logEntry{{36, 1}, {37, 1}, {38, 1}, {39, 1}}; !sameEntries(entries(r), want) {
 		t.Fatalf("entries %v, want %v", entries(r), want)
+	}
+}
+
+// TestHeapBytes checks the size HeapBytes counts per log slot, and that it
+// follows the log's buffer.
+func TestHeapBytes(t *testing.T) {
+	if got := unsafe.Sizeof(logEntry{}); got != logEntryBytes {
+		t.Fatalf("logEntry is %d bytes, HeapBytes counts %d", got, logEntryBytes)
+	}
+	l := Limit{Algorithm: SlidingWindowLog, Requests: 100, Window: time.Minute}
+	var s State
+	if s.HeapBytes() != 0 {
+		t.Fatalf("fresh state holds %d bytes", s.HeapBytes())
+	}
+	for i := range 10 {
+		s, _ = DecideMicros(l, s, int64(i+1), 1)
+	}
+	if got, want := s.HeapBytes(), cap(s.log.buf)*logEntryBytes; got != want || got < 10*logEntryBytes {
+		t.Fatalf("HeapBytes %d after 10 logged requests, want %d (at least %d)", got, want, 10*logEntryBytes)
+	}
+	b, _ := DecideMicros(Limit{Algorithm: TokenBucket, Requests: 10, Window: time.Second}, State{}, 1, 1)
+	if b.HeapBytes() != 0 {
+		t.Fatalf("token bucket state holds %d bytes", b.HeapBytes())
 	}
 }

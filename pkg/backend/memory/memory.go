@@ -36,10 +36,12 @@ const inlineItems = 16
 // process, in a bounded cache. It is exact for the keys it holds (see Store),
 // and it decides a whole request all or nothing.
 //
-// Bounded: a Store holds at most the configured number of keys (WithMaxKeys),
-// apart from the few that the cache's asynchronous maintenance has yet to
-// evict. When it is full, the cache evicts the keys that are least likely to
-// be used again (otter's W-TinyLFU policy), and Stats counts them.
+// Bounded: a Store holds at most the configured number of keys (WithMaxKeys)
+// and at most the configured estimate of bytes (WithMaxMemory; see
+// EntryBytes for the estimate), whichever binds first, apart from the few
+// that the cache's asynchronous maintenance has yet to evict. When it is
+// full, the cache evicts the keys that are least likely to be used again
+// (otter's W-TinyLFU policy), and Stats counts them.
 //
 // What eviction costs: an entry whose state is already fresh (its limit is
 // back to full capacity) is worth nothing, and a background sweeper drops
@@ -47,7 +49,9 @@ const inlineItems = 16
 // before it is fresh loses its state: the key starts again from a full limit,
 // so that key may allow more than its limit until the window it was in has
 // passed. Stats.EvictedLive counts these losses; size the store so that it
-// stays at zero.
+// stays at zero. Keys that ran out are kept from that: their state moves to
+// the penalty set (WithPenaltyKeys; see penalties), so a flood of new keys
+// cannot buy back an exhausted key's quota.
 //
 // All or nothing: a request is either allowed, and then every item whose own
 // decision allows is charged, or denied, and then nothing at all is charged.
@@ -62,8 +66,9 @@ const inlineItems = 16
 //
 // A Store must be created with New and released with Close.
 type Store struct {
-	cache *otter.Cache[string, *entry]
-	clock backend.Clock
+	cache   *otter.Cache[string, *entry]
+	clock   backend.Clock
+	penalty *penalties // nil when disabled
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -92,6 +97,14 @@ type entry struct {
 	// request that finds it dead looks the key up again.
 	dead  bool
 	state algorithms.State
+	// exhausted reports that a decision on the key denied, or left it no
+	// room for one hit, since its state was last fresh: evicted before it
+	// is fresh, its state goes to the penalty set.
+	exhausted bool
+	// heapBytes is state.HeapBytes() as last written (under mu), and weighed
+	// what the cache's weigher last read of it: when they differ, the entry
+	// is weighed again.
+	heapBytes, weighed atomic.Int64
 	// freshAt is the instant (µs) from which state equals a fresh one. It is
 	// written under mu and read without it by the sweeper's first look.
 	freshAt atomic.Int64
@@ -102,46 +115,10 @@ type entry struct {
 	floor int64
 }
 
-// Option configures a Store.
-type Option func(*config)
-
-type config struct {
-	maxKeys       int
-	clock         backend.Clock
-	sweepInterval time.Duration
-}
-
-// WithMaxKeys bounds the number of keys the store holds. Non-positive values
-// select DefaultMaxKeys.
-func WithMaxKeys(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxKeys = n
-		}
-	}
-}
-
-// WithClock sets the clock that Apply reads once per request. The default is
-// backend.MonotonicClock(). A nil clock selects the default.
-func WithClock(clock backend.Clock) Option {
-	return func(c *config) {
-		if clock != nil {
-			c.clock = clock
-		}
-	}
-}
-
-// WithSweepInterval sets how often a background goroutine drops entries whose
-// state is fresh. Zero or a negative value disables the background sweeper:
-// fresh entries then stay until they are evicted for size.
-func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) { c.sweepInterval = d }
-}
-
 // New returns an empty memory store. Call Close to stop its
 // background goroutines.
 func New(opts ...Option) *Store {
-	cfg := config{maxKeys: DefaultMaxKeys, sweepInterval: DefaultSweepInterval}
+	cfg := config{maxKeys: DefaultMaxKeys, maxMemory: DefaultMaxMemory, penaltyKeys: DefaultPenaltyKeys, sweepInterval: DefaultSweepInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -149,8 +126,13 @@ func New(opts ...Option) *Store {
 		cfg.clock = backend.MonotonicClock()
 	}
 	m := &Store{clock: cfg.clock}
+	if cfg.penaltyKeys > 0 {
+		m.penalty = newPenalties(cfg.penaltyKeys)
+	}
+	w := newWeigher(cfg.maxMemory, cfg.maxKeys)
 	m.cache = otter.Must(&otter.Options[string, *entry]{
-		MaximumSize:      cfg.maxKeys,
+		MaximumWeight:    cfg.maxMemory,
+		Weigher:          w.weigh,
 		InitialCapacity:  min(cfg.maxKeys, 1024),
 		OnAtomicDeletion: m.onDeletion,
 	})
@@ -160,30 +142,6 @@ func New(opts ...Option) *Store {
 		go m.sweepLoop(cfg.sweepInterval)
 	}
 	return m
-}
-
-// Stats are counters of a Store, for metrics.
-type Stats struct {
-	// Keys is the number of keys held now (an estimate under concurrent
-	// change).
-	Keys int
-	// Evicted counts entries evicted because the store was full.
-	Evicted uint64
-	// EvictedLive counts the entries among Evicted whose state was not yet
-	// fresh: their keys lost their state and start again from a full limit.
-	EvictedLive uint64
-	// Swept counts fresh entries dropped by the sweeper, which costs nothing.
-	Swept uint64
-}
-
-// Stats returns the store's counters.
-func (m *Store) Stats() Stats {
-	return Stats{
-		Keys:        m.cache.EstimatedSize(),
-		Evicted:     m.evicted.Load(),
-		EvictedLive: m.evictedLive.Load(),
-		Swept:       m.swept.Load(),
-	}
 }
 
 // Close stops the store's background goroutines. Apply returns backend.ErrClosed
@@ -272,18 +230,45 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 		now = max(now, e.floor)
 		stored[j] = &e.state
 	}
+	for _, e := range ents {
+		if e.freshAt.Load() <= now {
+			e.exhausted = false // fresh: it has not run out since
+		}
+	}
 	tx := backend.Txn{KeyOf: slot, Stored: stored, Next: work[:d], Charged: charged[:d], ResetAfter: reset[:d]}
 	allowed := backend.Transact(&tx, items, now, backend.WholeRequest, out[:n])
 	for j, e := range ents {
 		if charged[j] { // when denied, only usage accounting
 			e.state = work[j]
 			e.freshAt.Store(addMicros(now, reset[j]))
+			e.heapBytes.Store(int64(e.state.HeapBytes()))
+		}
+	}
+	for i, d := range out[:n] {
+		if !d.Allowed || d.Remaining == 0 {
+			ents[slot[i]].exhausted = true
 		}
 	}
 	for _, e := range ents {
 		e.mu.Unlock()
 	}
+	for j, e := range ents {
+		if e.heapBytes.Load() != e.weighed.Load() {
+			m.reweigh(items[order[j]].Key, e)
+		}
+	}
 	return allowed, nil
+}
+
+// reweigh has the cache weigh e again (its state's log grew or shrank). It
+// must not be called with an entry's lock held.
+func (m *Store) reweigh(key string, e *entry) {
+	m.cache.ComputeIfPresent(key, func(old *entry) (*entry, otter.ComputeOp) {
+		if old != e {
+			return old, otter.CancelOp
+		}
+		return e, otter.WriteOp
+	})
 }
 
 // distinctKeys sorts the indices of items by key (stable, so items of one key
@@ -336,21 +321,47 @@ func (m *Store) lookup(key string) *entry {
 	if e, ok := m.cache.GetIfPresent(key); ok {
 		return e
 	}
-	e, _ := m.cache.SetIfAbsent(key, &entry{floor: m.horizon.Load()})
+	e, _ := m.cache.ComputeIfAbsent(key, func() (*entry, bool) {
+		// Under the key's bucket lock: one request creates the entry, so
+		// a penalty record is taken once.
+		return m.newEntry(key), false
+	})
+	return e
+}
+
+// newEntry returns a new entry for key: fresh, or, when the penalty set
+// holds the key, with the state it had when it was evicted.
+func (m *Store) newEntry(key string) *entry {
+	e := &entry{floor: m.horizon.Load()}
+	if m.penalty == nil {
+		return e
+	}
+	if s, until, ok := m.penalty.take(hashKey(key)); ok {
+		e.state, e.exhausted = s, true
+		e.freshAt.Store(until)
+		e.heapBytes.Store(int64(s.HeapBytes()))
+	}
 	return e
 }
 
 // onDeletion runs under a lock of the cache whenever an entry leaves it. An
 // entry evicted for size is marked dead, so that a request holding it looks
-// the key up again, and counted.
+// the key up again, and counted; if it ran out and is not fresh yet, its
+// state goes to the penalty set, before the key's bucket lock is released,
+// so the key's next entry finds it.
 func (m *Store) onDeletion(ev otter.DeletionEvent[string, *entry]) {
 	if ev.Cause != otter.CauseOverflow {
 		return // the sweeper marked it dead itself
 	}
 	e := ev.Value
+	now := m.clock.Now().UnixMicro()
 	e.mu.Lock()
 	e.dead = true
-	live := e.freshAt.Load() > m.clock.Now().UnixMicro()
+	freshAt := e.freshAt.Load()
+	live := freshAt > now
+	if live && e.exhausted && m.penalty != nil {
+		m.penalty.put(hashKey(ev.Key), e.state, freshAt, now)
+	}
 	e.mu.Unlock()
 	m.evicted.Add(1)
 	if live {

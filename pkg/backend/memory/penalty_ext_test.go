@@ -1,0 +1,161 @@
+package memory_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+)
+
+// flooder charges fresh keys, once each, against a store until the victim's
+// entry is evicted (the penalty set holds it).
+type flooder struct {
+	m    *memory.Store
+	next int
+}
+
+// floodLimit is the flood keys' limit: one hit leaves room, so they are
+// live but not exhausted, and never enter the penalty set.
+var floodLimit = limitOf(algorithms.FixedWindow, 10, time.Hour)
+
+// floodUntil floods in up to rounds rounds of 64 keys until done holds, and
+// reports whether it did.
+func (f *flooder) floodUntil(t *testing.T, rounds int, done func(memory.Stats) bool) bool {
+	t.Helper()
+	for range rounds {
+		for range 64 {
+			apply(t, f.m, backend.Item{Key: fmt.Sprintf("flood-%d", f.next), Limit: floodLimit, Hits: 1})
+			f.next++
+		}
+		if done(f.m.Stats()) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPenaltyKeepsExhaustedKeys runs one key through a timeline on two
+// stores: one that holds it all along, and one that evicts it whenever it is
+// exhausted. Every decision must be the same: the penalty set gives the
+// evicted key back its exact state (fixed windows stay denied until they
+// end, buckets refill one hit at a time, accounted debt is still owed).
+func TestPenaltyKeepsExhaustedKeys(t *testing.T) {
+	const victim = "victim"
+	for _, k := range algorithms.Kinds() {
+		for _, account := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/account=%v", k, account), func(t *testing.T) {
+				l := limitOf(k, 5, time.Minute)
+				evicting, evictingClock := newTestMemory(t)
+				held, heldClock := newTestMemory(t)
+				evictions := 0
+				for step := range 120 { // every 2s for 4 windows
+					at := testutil.Base.Add(time.Duration(step) * 2 * time.Second)
+					evictingClock.Set(at)
+					heldClock.Set(at)
+					it := backend.Item{Key: victim, Limit: l, Hits: 1}
+					if account && step%7 == 3 {
+						it.Hits, it.Account = 3, true // usage that already happened
+					}
+					got, _ := apply(t, evicting, it)
+					want, _ := apply(t, held, it)
+					if got[0] != want[0] {
+						t.Fatalf("step %d: evicted key decided %+v, held key %+v (%+v)", step, got[0], want[0], evicting.Stats())
+					}
+					if !want[0].Allowed || want[0].Remaining == 0 { // exhausted
+						if !evicting.Evict(victim) {
+							t.Fatalf("step %d: victim not held", step)
+						}
+						evictions++
+					}
+				}
+				st := evicting.Stats()
+				if evictions < 10 || st.PenaltySaved != uint64(evictions) || st.PenaltyRestored+1 < uint64(evictions) {
+					t.Fatalf("%d evictions: %+v", evictions, st)
+				}
+			})
+		}
+	}
+}
+
+// TestPenaltyFlood exhausts a key, then floods the store with fresh keys
+// until the cache evicts it: it stays denied until its window ends. Without
+// the penalty set, the flood buys its quota back.
+func TestPenaltyFlood(t *testing.T) {
+	const victim = "victim"
+	l := limitOf(algorithms.FixedWindow, 5, time.Hour)
+	for _, penalty := range []bool{true, false} {
+		t.Run(fmt.Sprintf("penalty=%v", penalty), func(t *testing.T) {
+			opts := []memory.Option{memory.WithMaxKeys(32)}
+			if !penalty {
+				opts = append(opts, memory.WithPenaltyKeys(0))
+			}
+			m, clock := newTestMemory(t, opts...)
+			if ds, _ := apply(t, m, backend.Item{Key: victim, Limit: l, Hits: 5}); !ds[0].Allowed || ds[0].Remaining != 0 {
+				t.Fatalf("first 5 hits: %+v", ds[0])
+			}
+			// Flood until the victim is evicted: the penalty set holds it,
+			// or (without one) it has room again. Look seldom: each look
+			// makes the cache likelier to keep it.
+			f := flooder{m: m}
+			evicted := func(memory.Stats) bool {
+				if penalty {
+					return m.Stats().PenaltyKeys > 0
+				}
+				return f.next%4096 == 0 && remaining(t, m, victim, l) == 5
+			}
+			if !f.floodUntil(t, 2000, evicted) {
+				t.Fatalf("128,000 fresh keys did not evict the victim: %+v", m.Stats())
+			}
+			if !penalty {
+				return // the quota was bought back
+			}
+			if f.next < 5*32 {
+				t.Fatalf("evicted after %d keys", f.next)
+			}
+			clock.Advance(59 * time.Minute)
+			ds, _ := apply(t, m, backend.Item{Key: victim, Limit: l, Hits: 1})
+			if ds[0].Allowed || m.Stats().PenaltyRestored != 1 {
+				t.Fatalf("evicted exhausted key: %+v, %+v", ds[0], m.Stats())
+			}
+			clock.Advance(time.Minute) // the window ends
+			if ds, _ := apply(t, m, backend.Item{Key: victim, Limit: l, Hits: 5}); !ds[0].Allowed {
+				t.Fatalf("next window: %+v", ds[0])
+			}
+		})
+	}
+}
+
+// TestPenaltySetFull fills a small penalty set with more exhausted keys than
+// it holds: the ones whose buckets are full again soonest are dropped (and
+// counted), and the others stay denied.
+func TestPenaltySetFull(t *testing.T) {
+	m, clock := newTestMemory(t, memory.WithMaxKeys(16), memory.WithPenaltyKeys(4))
+	f := flooder{m: m}
+	// Buckets of 1 per 1..8 hours, exhausted and evicted in turn.
+	for h := 1; h <= 8; h++ {
+		l := limitOf(algorithms.TokenBucket, 1, time.Duration(h)*time.Hour)
+		apply(t, m, backend.Item{Key: fmt.Sprintf("k%d", h), Limit: l, Hits: 1})
+		before := m.Stats().PenaltySaved
+		if !f.floodUntil(t, 1000, func(st memory.Stats) bool { return st.PenaltySaved > before }) {
+			t.Fatalf("64,000 fresh keys did not evict k%d: %+v", h, m.Stats())
+		}
+	}
+	st := m.Stats()
+	if st.PenaltyKeys != 4 || st.PenaltyDropped != 4 {
+		t.Fatalf("stats %+v: want 4 records held, 4 dropped", st)
+	}
+	// The four soonest were dropped (their keys start full); the others
+	// are restored, empty.
+	clock.Advance(time.Minute)
+	for h := 1; h <= 8; h++ {
+		l := limitOf(algorithms.TokenBucket, 1, time.Duration(h)*time.Hour)
+		ds, _ := apply(t, m, backend.Item{Key: fmt.Sprintf("k%d", h), Limit: l, Hits: 1})
+		if want := h <= 4; ds[0].Allowed != want {
+			t.Errorf("k%d (window %dh) allowed %v, want %v", h, h, ds[0].Allowed, want)
+		}
+	}
+}
