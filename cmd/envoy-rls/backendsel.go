@@ -10,9 +10,10 @@ import (
 // when --backend is not given.
 var redisAddrFlags = []string{"redis-url", "redis-sentinel", "redis-cluster"}
 
-// Flags that only the memory backend reads; the redis backend alone reads
+// Flags that only the memory backend reads (with redis, the local failure
+// mode's fallback store takes their defaults); the redis backend alone reads
 // every other --redis-* flag, --key-prefix and --local-deny-cache.
-var memoryOnlyFlags = []string{"max-keys"}
+var memoryOnlyFlags = []string{"max-keys", "max-memory", "penalty-keys"}
 
 // redisOnly reports whether only the redis backend reads flag name.
 func redisOnly(name string) bool {

@@ -26,6 +26,8 @@ type options struct {
 
 	Backend         backendKind
 	MaxKeys         int
+	MaxMemory       byteSize
+	PenaltyKeys     int
 	FailureMode     rls.FailureMode
 	LocalShare      float64
 	BackendTimeout  time.Duration
@@ -37,6 +39,7 @@ type options struct {
 	NearLimitRatio  float64
 
 	GRPCMaxConcurrentStreams  int
+	GRPCMaxRecvMsgSize        byteSize
 	GRPCMaxConnectionAge      time.Duration
 	GRPCMaxConnectionAgeGrace time.Duration
 	HTTPReadTimeout           time.Duration
@@ -82,6 +85,9 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.TextVar(&o.LogFormat, "log-format", logFormat("text"), "text or json")
 	fs.TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
 	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
+	o.MaxMemory = memory.DefaultMaxMemory
+	fs.TextVar(&o.MaxMemory, "max-memory", &o.MaxMemory, "memory backend: most estimated bytes of counter keys held (key bytes + about 240 per key), e.g. 256MiB or 1GB; with --max-keys, whichever binds first")
+	fs.IntVar(&o.PenaltyKeys, "penalty-keys", memory.DefaultPenaltyKeys, "memory backend: most exhausted keys kept denied after eviction until their state is fresh (about 130 bytes each; 0 disables)")
 	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailLocal, "when Redis fails or cannot answer in time: local (decide on an embedded store, write the allowed hits back later), allow (answer OK, write the hits back later) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
 	fs.Float64Var(&o.LocalShare, "local-share", 1, "failure mode local: the share of each limit an instance allows on its own while Redis is away, in (0, 1] (1/N for N instances bounds the outage to the limit)")
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", time.Second, "cap on the backend wait per request: a call waits until the caller's deadline less a margin for answering, at most this long (alone when the caller sends no deadline)")
@@ -90,6 +96,8 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
 	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return dynamic_metadata as the reference does with RESPONSE_DYNAMIC_METADATA=true: domain, descriptors, hitsAddend and the metadata of the passed descriptors")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
+	o.GRPCMaxRecvMsgSize = defaultGRPCMaxRecvMsgSize
+	fs.TextVar(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", &o.GRPCMaxRecvMsgSize, "largest gRPC request accepted (larger ones get RESOURCE_EXHAUSTED), e.g. 64KiB; bounds request memory to about this times --grpc-max-concurrent-streams per connection")
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", time.Hour, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")
 	fs.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
@@ -129,6 +137,9 @@ func (o *options) validate() error {
 	if o.GRPCMaxConcurrentStreams < 1 {
 		errs = append(errs, errors.New("--grpc-max-concurrent-streams must be at least 1"))
 	}
+	if o.GRPCMaxRecvMsgSize < minGRPCMaxRecvMsgSize || o.GRPCMaxRecvMsgSize > maxGRPCMaxRecvMsgSize {
+		errs = append(errs, fmt.Errorf("%s: want %s to %s", o.cmd.value("grpc-max-recv-msg-size", formatSize(uint64(o.GRPCMaxRecvMsgSize))), formatSize(minGRPCMaxRecvMsgSize), formatSize(maxGRPCMaxRecvMsgSize)))
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -167,6 +178,12 @@ func (o *options) validate() error {
 	case "memory":
 		if o.MaxKeys < 1 {
 			errs = append(errs, errors.New("--max-keys must be at least 1"))
+		}
+		if o.MaxMemory < minMaxMemory {
+			errs = append(errs, fmt.Errorf("%s: want at least %s", o.cmd.value("max-memory", formatSize(uint64(o.MaxMemory))), formatSize(minMaxMemory)))
+		}
+		if o.PenaltyKeys < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative (0 disables the penalty set)", o.cmd.value("penalty-keys", fmt.Sprint(o.PenaltyKeys))))
 		}
 	case "redis":
 		errs = append(errs, o.redisConn.validate()...)

@@ -46,7 +46,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	var fallback *memory.Store
 	switch o.FailureMode {
 	case rls.FailLocal:
-		fallback = memory.New(memory.WithMaxKeys(o.MaxKeys))
+		fallback = memory.New(memoryOptions(o)...)
 		ro.Fallback, ro.FallbackShare, ro.OnFallback = fallback, o.LocalShare, onFallback
 	case rls.FailOpen:
 		ro.CountFailedOpen = true

@@ -373,7 +373,7 @@ func newStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback
 	case "redis":
 		return newRedisStore(o, reg, log, onFallback)
 	default:
-		m := memory.New(memory.WithMaxKeys(o.MaxKeys))
+		m := memory.New(memoryOptions(o)...)
 		registerMemoryMetrics(reg, m)
 		return m, nil
 	}

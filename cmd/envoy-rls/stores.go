@@ -8,11 +8,25 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
+// memoryOptions are the bounds of an embedded store: the memory backend's,
+// and the local failure mode's fallback store's.
+func memoryOptions(o options) []memory.Option {
+	return []memory.Option{
+		memory.WithMaxKeys(o.MaxKeys),
+		memory.WithMaxMemory(uint64(o.MaxMemory)),
+		memory.WithPenaltyKeys(o.PenaltyKeys),
+	}
+}
+
 // registerMemoryMetrics exports the memory store's counters (the metrics
 // are defined in pkg/rls/metrics.go).
 func registerMemoryMetrics(reg prometheus.Registerer, m *memory.Store) {
 	reg.MustRegister(
 		rls.MemoryKeys.Collector(func() float64 { return float64(m.Stats().Keys) }),
+		rls.MemoryBytes.Collector(func() float64 { return float64(m.Stats().Bytes) }),
+		rls.MemoryPenaltyKeys.Collector(func() float64 { return float64(m.Stats().PenaltyKeys) }),
+		rls.MemoryPenaltyRestored.Collector(func() float64 { return float64(m.Stats().PenaltyRestored) }),
+		rls.MemoryPenaltyDropped.Collector(func() float64 { return float64(m.Stats().PenaltyDropped) }),
 		rls.MemoryEvictions.Collector(func() float64 { return float64(m.Stats().Evicted) }),
 		rls.MemoryEvictedLive.Collector(func() float64 { return float64(m.Stats().EvictedLive) }),
 		rls.MemorySwept.Collector(func() float64 { return float64(m.Stats().Swept) }),

@@ -30,6 +30,7 @@ type Metrics struct {
 
 	ruleHits, ruleWithin, ruleOver, ruleNear, ruleShadow *prometheus.CounterVec
 	ruleCap                                              *cardinality.Cap
+	decisionCap                                          *cardinality.Cap // descriptor labels holding request values
 	backendLatency                                       prometheus.Histogram
 	inFlight                                             prometheus.Gauge
 	configOK, configTime                                 prometheus.Gauge
@@ -78,6 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.ruleNear = rule("envoy_rls_rule_near_limit_total", "Allowed hits that took a limit past the near-limit ratio of its capacity.")
 	m.ruleShadow = rule("envoy_rls_rule_shadow_over_limit_total", "Hits a shadow limit (or any limit under global shadow mode) would have denied.")
 	m.ruleCap = cardinality.New(MaxRuleSeries, cardinality.Overflow)
+	m.decisionCap = cardinality.New(MaxRuleSeries, cardinality.Overflow)
 	m.backendLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "envoy_rls_backend_duration_seconds",
 		Help:    "Time of one store call (one batch for the whole request).",
@@ -104,6 +106,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:        "Observations counted under the __overflow__ label value because the metric's series cap was reached.",
 		ConstLabels: prometheus.Labels{"metric": "envoy_rls_rule"},
 	}, func() float64 { return float64(m.ruleCap.Overflowed()) })
+	decisionOverflow := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "envoy_rls_metric_label_overflow_total",
+		Help:        "Observations counted under the __overflow__ label value because the metric's series cap was reached.",
+		ConstLabels: prometheus.Labels{"metric": "envoy_rls_limit_decisions"},
+	}, func() float64 { return float64(m.decisionCap.Overflowed()) })
+	reg.MustRegister(decisionOverflow)
 	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads,
 		m.ruleHits, m.ruleWithin, m.ruleOver, m.ruleNear, m.ruleShadow, m.backendLatency,
 		m.inFlight, m.configOK, m.configTime, m.observerDropped, overflow, m.unknown, m.unmatched)
@@ -222,7 +230,13 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 			result = "over_limit"
 		}
 	}
-	m.decisions.WithLabelValues(domain, p.statKey, result).Inc()
+	key := p.statKey
+	if p.node != nil && key != p.node.StatsKey(nil) {
+		// The stats key holds request values (detailed_metric,
+		// value_to_metric): bounded as the rule labels are.
+		key = m.decisionCap.Value(key)
+	}
+	m.decisions.WithLabelValues(domain, key, result).Inc()
 }
 
 func (m *Metrics) backendError(err error) {
@@ -288,9 +302,14 @@ func (m StoreMetric) Collector(value func() float64) prometheus.Collector {
 // The memory store's metrics (memory.Stats).
 var (
 	MemoryKeys        = StoreMetric{Name: "envoy_rls_memory_keys", Help: "Counter keys held by the memory store.", Gauge: true}
-	MemoryEvictions   = StoreMetric{Name: "envoy_rls_memory_evictions_total", Help: "Keys evicted because the memory store was full (--max-keys)."}
-	MemoryEvictedLive = StoreMetric{Name: "envoy_rls_memory_evictions_live_total", Help: "Evicted keys whose state was not yet fresh: they lost their count. Raise --max-keys if this grows."}
+	MemoryEvictions   = StoreMetric{Name: "envoy_rls_memory_evictions_total", Help: "Keys evicted because the memory store was full (--max-keys or --max-memory)."}
+	MemoryEvictedLive = StoreMetric{Name: "envoy_rls_memory_evictions_live_total", Help: "Evicted keys whose state was not yet fresh: they lost their count. Raise --max-keys or --max-memory if this grows (exhausted keys keep their state in the penalty set)."}
 	MemorySwept       = StoreMetric{Name: "envoy_rls_memory_swept_total", Help: "Keys dropped because their state was back to fresh (costs nothing)."}
+	MemoryBytes       = StoreMetric{Name: "envoy_rls_memory_bytes", Help: "Estimated bytes of the keys held by the memory store (bounded by --max-memory; each key counts at least --max-memory / --max-keys).", Gauge: true}
+	// The penalty set (--penalty-keys).
+	MemoryPenaltyKeys     = StoreMetric{Name: "envoy_rls_memory_penalty_keys", Help: "Evicted exhausted keys whose state the penalty set holds (--penalty-keys).", Gauge: true}
+	MemoryPenaltyRestored = StoreMetric{Name: "envoy_rls_memory_penalty_restored_total", Help: "Evicted exhausted keys used again and given back their state from the penalty set."}
+	MemoryPenaltyDropped  = StoreMetric{Name: "envoy_rls_memory_penalty_dropped_total", Help: "Penalty records dropped because the penalty set was full: those keys start again from a full limit. Raise --penalty-keys if this grows."}
 )
 
 // The Redis store's metrics (redis.Stats).

@@ -442,6 +442,13 @@ func TestDetailedMetricSeriesStayUnderTheCap(t *testing.T) {
 	if got := value(fams, "envoy_rls_metric_label_overflow_total", "metric=envoy_rls_rule"); got != n-rls.MaxRuleSeries {
 		t.Errorf("overflow counter = %v", got)
 	}
+	// The decisions' descriptor label holds the values too: capped alike.
+	if d := fams["envoy_rls_limit_decisions_total"]; d == nil || len(d.Metric) != rls.MaxRuleSeries+1 {
+		t.Errorf("decision series = %d, want %d (the cap) + 1 overflow", len(d.GetMetric()), rls.MaxRuleSeries)
+	}
+	if got := value(fams, "envoy_rls_metric_label_overflow_total", "metric=envoy_rls_limit_decisions"); got != n-rls.MaxRuleSeries {
+		t.Errorf("decision overflow counter = %v", got)
+	}
 	if got := value(fams, "envoy_rls_rule_hits_total", "domain=obs", "rule=client_c7"); got != 1 {
 		t.Errorf("an admitted value's series = %v", got)
 	}

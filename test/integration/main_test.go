@@ -102,11 +102,17 @@ func startServeUnready(t *testing.T, env []string, args ...string) *proc {
 
 func startServeHealth(t *testing.T, health int, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, binary, health, env, args...)
+}
+
+// startBinary is startServeHealth for the envoy-rls binary at bin.
+func startBinary(t *testing.T, bin string, health int, env []string, args ...string) *proc {
+	t.Helper()
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	p := &proc{grpcAddr: grpcAddr, httpURL: "http://" + httpAddr, exited: make(chan struct{})}
 	full := append([]string{"serve", "--grpc-addr", grpcAddr, "--http-addr", httpAddr}, args...)
-	p.cmd = exec.Command(binary, full...)
+	p.cmd = exec.Command(bin, full...)
 	p.cmd.Env = append(os.Environ(), env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoyrls/envoy-rls/pkg/rls"
+)
+
+// boundsYAML is the config of the memory-bound floods: per-hour limits, so
+// that no window ends during a test.
+const boundsYAML = `domain: bounds
+descriptors:
+  - key: blob
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: victim
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: flood
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: client
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`
+
+func boundsConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bounds.yaml")
+	if err := os.WriteFile(path, []byte(boundsYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var (
+	plainOnce sync.Once
+	plainBin  string
+	plainErr  error
+)
+
+// plainBinary builds envoy-rls without the race detector, once per run: its
+// shadow memory would swamp the memory figures these tests check, and it
+// slows floods of hundreds of thousands of values tenfold.
+func plainBinary(t *testing.T) string {
+	t.Helper()
+	plainOnce.Do(func() {
+		plainBin = filepath.Join(filepath.Dir(binary), "envoy-rls-plain")
+		out, err := exec.Command("go", "build", "-o", plainBin, "../../cmd/envoy-rls").CombinedOutput()
+		if err != nil {
+			plainErr = fmt.Errorf("building envoy-rls without -race: %v\n%s", err, out)
+		}
+	})
+	if plainErr != nil {
+		t.Fatal(plainErr)
+	}
+	return plainBin
+}
+
+// procStatusKB reads a field of /proc/<pid>/status in KiB (VmRSS: resident
+// now, VmHWM: the peak resident set).
+func procStatusKB(t *testing.T, p *proc, field string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", field, line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/<pid>/status", field)
+	return 0
+}
+
+// flood sends n distinct values of key, valueLen bytes each (the numbers
+// from first, zero-padded), perRequest descriptors per request, from four
+// clients at once, and returns how many requests were answered OK.
+func flood(t *testing.T, p *proc, key string, first, n, valueLen, perRequest int) int {
+	t.Helper()
+	var next, ok atomic.Int64
+	next.Store(int64(first))
+	end := int64(first + n)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			c := p.client()
+			for {
+				from := next.Add(int64(perRequest)) - int64(perRequest)
+				if from >= end {
+					return
+				}
+				req := &rlsv3.RateLimitRequest{Domain: "bounds"}
+				for i := from; i < min(from+int64(perRequest), end); i++ {
+					req.Descriptors = append(req.Descriptors, descriptor(key, fmt.Sprintf("%0*d", valueLen, i)))
+				}
+				resp, err := c.ShouldRateLimit(context.Background(), req)
+				if err != nil {
+					t.Errorf("flood: %v", err)
+					return
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(ok.Load())
+}
+
+// TestMemoryBoundFourKBValues floods distinct 4 KB descriptor values, each a
+// new key of about 5 KB in the store (4,864 bytes of key allocation and 240
+// of overhead), until six times --max-memory has passed through: the store
+// stays within --max-memory by its estimate, and the process's peak RSS
+// within the README's figure, the RSS at start plus 3 x --max-memory.
+func TestMemoryBoundFourKBValues(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/<pid>/status")
+	}
+	const maxMemory = 32 << 20
+	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t), "--max-memory", "32MiB")
+	start := procStatusKB(t, p, "VmRSS")
+	const values = 6 * maxMemory / 4096 // ~49,000 keys, ~5 KB each
+	if ok := flood(t, p, "blob", 0, values, 4096, 8); ok != values/8 {
+		t.Fatalf("%d of %d flood requests allowed", ok, values/8)
+	}
+	peak, now := procStatusKB(t, p, "VmHWM"), procStatusKB(t, p, "VmRSS")
+	bytes := metricValue(t, p, "envoy_rls_memory_bytes")
+	keys := metricValue(t, p, "envoy_rls_memory_keys")
+	evicted := metricValue(t, p, "envoy_rls_memory_evictions_total")
+	t.Logf("%d values of 4 KB: RSS %d KiB at start, %d KiB now, peak %d KiB; store %d keys, %.0f estimated bytes, %.0f evicted",
+		values, start, now, peak, int(keys), bytes, evicted)
+	if bytes > maxMemory || keys*5000 > maxMemory {
+		t.Errorf("store holds %v keys, %v estimated bytes: more than --max-memory %d", keys, bytes, maxMemory)
+	}
+	if evicted < values-keys-1000 {
+		t.Errorf("%v evicted of %d keys, %v held", evicted, values, keys)
+	}
+	if bound := start + 3*maxMemory/1024; peak > bound {
+		t.Errorf("peak RSS %d KiB, above the documented bound %d KiB (RSS at start %d KiB + 3 x --max-memory)", peak, bound, start)
+	}
+}
+
+// TestEvictionFloodKeepsExhaustedKeyDenied exhausts a key limited per hour,
+// then floods fresh keys until the store has evicted it (at least 5 x
+// --max-keys): it is still denied, from the penalty set, until its window
+// ends.
+func TestEvictionFloodKeepsExhaustedKeyDenied(t *testing.T) {
+	const maxKeys = 1000
+	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t), "--max-keys", strconv.Itoa(maxKeys))
+	c := p.client()
+	call := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "bounds", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("victim", "alice")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := range 5 {
+		if r := call(); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("hit %d of 5: %v", i+1, r.OverallCode)
+		}
+	}
+	if r := call(); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("6th hit of 5 per hour: %v", r.OverallCode)
+	}
+	// Flood in rounds of --max-keys until the victim is evicted (the
+	// penalty set holds it): at least 5 x --max-keys, at most 100 x.
+	flooded := 0
+	for flooded < 5*maxKeys || metricValue(t, p, "envoy_rls_memory_penalty_keys") < 1 {
+		if flooded >= 100*maxKeys {
+			t.Fatalf("%d fresh keys did not evict the exhausted key", flooded)
+		}
+		flood(t, p, "flood", flooded, maxKeys, 16, 64)
+		flooded += maxKeys
+	}
+	evicted := metricValue(t, p, "envoy_rls_memory_evictions_total")
+	r := call()
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after %d fresh keys (%v evictions), the exhausted key was answered %v", flooded, evicted, r.OverallCode)
+	}
+	reset := r.Statuses[0].GetDurationUntilReset().AsDuration()
+	if restored := metricValue(t, p, "envoy_rls_memory_penalty_restored_total"); restored != 1 {
+		t.Errorf("penalty set restored %v keys, want the victim", restored)
+	}
+	t.Logf("%d fresh keys, %v evictions: still OVER_LIMIT, %v until the window ends", flooded, evicted, reset)
+	if reset <= 0 {
+		t.Errorf("duration until reset %v, want the rest of the hour", reset)
+	}
+}
+
+// TestOversizedRequestIsRefused sends a request larger than
+// --grpc-max-recv-msg-size (64 KiB by default): it is answered
+// RESOURCE_EXHAUSTED, and the service goes on answering.
+func TestOversizedRequestIsRefused(t *testing.T) {
+	p := startServe(t, nil, "--config", boundsConfig(t))
+	c := p.client()
+	request := func(values int) *rlsv3.RateLimitRequest {
+		req := &rlsv3.RateLimitRequest{Domain: "bounds"}
+		for i := range values { // 4,000 bytes each (entries are at most 4,096)
+			req.Descriptors = append(req.Descriptors, descriptor("blob", fmt.Sprintf("%04000d", i)))
+		}
+		return req
+	}
+	if _, err := c.ShouldRateLimit(context.Background(), request(20)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("80 KB request: %v, want ResourceExhausted (--grpc-max-recv-msg-size 64KiB)", err)
+	}
+	resp, err := c.ShouldRateLimit(context.Background(), request(10))
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("40 KB request: %v %v", resp, err)
+	}
+}
+
+// TestDetailedMetricFlood sends 200,000 distinct values of a descriptor with
+// detailed_metric: every rule metric keeps at most rls.MaxRuleSeries series
+// of them, the rest count in one overflow series, and the overflow counter
+// says how many values it took.
+func TestDetailedMetricFlood(t *testing.T) {
+	const values = 200_000
+	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t))
+	start := time.Now()
+	if ok, want := flood(t, p, "client", 0, values, 8, rls.MaxDescriptors), (values+rls.MaxDescriptors-1)/rls.MaxDescriptors; ok != want {
+		t.Fatalf("%d flood requests allowed, want all %d", ok, want)
+	}
+	flooded := time.Now()
+	resp, err := httpClient.Get(p.httpURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("flood took %v, scrape %v", flooded.Sub(start), time.Since(flooded))
+	series := map[string]int{} // per metric name
+	total := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		total++
+		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		series[name]++
+	}
+	t.Logf("%d values: scrape of %d bytes, %d series; envoy_rls_rule_hits_total has %d", values, len(body), total, series["envoy_rls_rule_hits_total"])
+	if n := series["envoy_rls_rule_hits_total"]; n < rls.MaxRuleSeries || n > rls.MaxRuleSeries+1 {
+		t.Errorf("envoy_rls_rule_hits_total has %d series, want the cap %d + 1 overflow", n, rls.MaxRuleSeries)
+	}
+	for name, n := range series {
+		if n > rls.MaxRuleSeries+1 {
+			t.Errorf("%s has %d series, more than the cap %d + 1 overflow", name, n, rls.MaxRuleSeries)
+		}
+	}
+	m := regexp.MustCompile(`(?m)^envoy_rls_metric_label_overflow_total\{metric="envoy_rls_rule"\} (\S+)$`).FindSubmatch(body)
+	if m == nil || string(m[1]) != strconv.Itoa(values-rls.MaxRuleSeries) {
+		t.Errorf("overflow counter %q, want %d", m, values-rls.MaxRuleSeries)
+	}
+}
