@@ -17,9 +17,11 @@ const DefaultPenaltyKeys = 100_000
 // PenaltyRecordBytes is the memory of one penalty record: its heap slot (key
 // hash, instant and the algorithm's state, 96 bytes), its map entry and the
 // heap's spare capacity; BenchmarkPenaltyBytes measures 129 bytes at 100,000
-// records. A sliding_window_log record also holds its log (State.HeapBytes).
-// The key itself is not kept, so a record costs the same whatever the key's
-// length.
+// records. The key itself is not kept, so a record costs the same whatever
+// the key's length. A sliding_window_log record also holds its log
+// (State.HeapBytes), and takes the room of as many more records as its log
+// has bytes of records, so that the set stays within WithPenaltyKeys x
+// PenaltyRecordBytes.
 const PenaltyRecordBytes = 130
 
 // The penalty set keeps exhausted keys denied whatever a flood does to the
@@ -33,16 +35,19 @@ const PenaltyRecordBytes = 130
 // limit is still owed. Nothing that was not evicted is affected, so the
 // store's decisions are unchanged while nothing is evicted.
 //
-// Bounded on its own (WithPenaltyKeys): when it is full, the record whose
-// state becomes fresh soonest is dropped (the new one, if it is the soonest),
-// and Stats.PenaltyDropped counts it; records whose state is fresh again are
-// dropped as they are found (each insert, each sweep), which costs nothing.
+// Bounded on its own (WithPenaltyKeys records, a sliding log's taking the
+// room of more: see PenaltyRecordBytes): when it is full, the records whose
+// states become fresh soonest make room for a new one, or the new one is
+// dropped if it is the soonest, and Stats.PenaltyDropped counts them; records
+// whose state is fresh again are dropped as they are found (each insert,
+// each sweep), which costs nothing.
 //
 // Two keys with the same 64-bit hash would share a record: a key re-created
 // while another key's record is held would take its state. With n records,
 // the chance that any given new key collides is n/2^64 (5e-15 for 100,000).
 type penalties struct {
-	capacity int
+	capacity int // in records (see units)
+	used     int // the units of the records held
 
 	mu   sync.Mutex
 	idx  map[uint64]int // key hash -> position in heap
@@ -65,6 +70,12 @@ func newPenalties(capacity int) *penalties {
 
 func hashKey(key string) uint64 { return xxhash.Sum64String(key) }
 
+// units is the room a record of state s takes, in records: one, and as many
+// more as its log has bytes of records.
+func units(s *algorithms.State) int {
+	return 1 + (s.HeapBytes()+PenaltyRecordBytes-1)/PenaltyRecordBytes
+}
+
 // put records the state of key hash h, fresh again at until, at instant now.
 func (p *penalties) put(h uint64, s algorithms.State, until, now int64) {
 	p.mu.Lock()
@@ -72,17 +83,18 @@ func (p *penalties) put(h uint64, s algorithms.State, until, now int64) {
 	p.expireLocked(now)
 	p.saved.Add(1)
 	if i, ok := p.idx[h]; ok {
-		p.heap[i].state, p.heap[i].until = s, until
-		p.fix(i)
-		return
+		p.removeAt(i) // the key's older record
 	}
-	if len(p.heap) >= p.capacity {
-		p.dropped.Add(1)
-		if p.heap[0].until >= until {
+	w := units(&s)
+	for p.used+w > p.capacity {
+		if len(p.heap) == 0 || p.heap[0].until >= until {
+			p.dropped.Add(1)
 			return // the new record is the soonest to be fresh
 		}
 		p.removeAt(0)
+		p.dropped.Add(1)
 	}
+	p.used += w
 	p.heap = append(p.heap, penalty{hash: h, until: until, state: s})
 	p.idx[h] = len(p.heap) - 1
 	p.up(len(p.heap) - 1)
@@ -129,6 +141,7 @@ func (p *penalties) len() int { return int(p.n.Load()) }
 // removeAt removes the record at position i of the heap.
 func (p *penalties) removeAt(i int) {
 	last := len(p.heap) - 1
+	p.used -= units(&p.heap[i].state)
 	delete(p.idx, p.heap[i].hash)
 	if i != last {
 		p.heap[i] = p.heap[last]

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 )
@@ -13,6 +14,13 @@ func checkHeap(t *testing.T, p *penalties) {
 	t.Helper()
 	if len(p.idx) != len(p.heap) || p.len() != len(p.heap) {
 		t.Fatalf("index %d, heap %d, len %d", len(p.idx), len(p.heap), p.len())
+	}
+	used := 0
+	for _, r := range p.heap {
+		used += units(&r.state)
+	}
+	if used != p.used || used > p.capacity {
+		t.Fatalf("records take %d units, counted %d, capacity %d", used, p.used, p.capacity)
 	}
 	for i, r := range p.heap {
 		if p.idx[r.hash] != i {
@@ -81,6 +89,47 @@ func TestPenaltiesReplaceAndExpire(t *testing.T) {
 	checkHeap(t, p)
 	if p.len() != 10 { // 910..1000 and the new one
 		t.Fatalf("%d records left, want 10", p.len())
+	}
+}
+
+// TestPenaltiesWeighLogs checks that a sliding log's record takes the room of
+// its log: the set's memory stays within its records' share.
+func TestPenaltiesWeighLogs(t *testing.T) {
+	l := algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Requests: 1000, Window: time.Hour}
+	var log algorithms.State
+	for i := range int64(1000) {
+		log, _ = algorithms.DecideMicros(l, log, i+1, 1)
+	}
+	w := units(&log) // 1,024 slots of 16 bytes: 1 + 127
+	if w != 1+(1024*16+PenaltyRecordBytes-1)/PenaltyRecordBytes {
+		t.Fatalf("a log of %d bytes takes %d units", log.HeapBytes(), w)
+	}
+	small := newPenalties(w - 1)
+	small.put(1, log, 100, 0)
+	if small.len() != 0 || small.dropped.Load() != 1 {
+		t.Fatalf("a log larger than the whole set was kept: %d records", small.len())
+	}
+	p := newPenalties(w + 10)
+	for h := range uint64(10) {
+		p.put(h, algorithms.State{}, int64(200+h), 0)
+	}
+	p.put(99, log, 300, 0) // fits exactly
+	checkHeap(t, p)
+	if p.len() != 11 {
+		t.Fatalf("%d records, want 11", p.len())
+	}
+	p.put(100, algorithms.State{}, 400, 0) // makes room: drops the soonest
+	checkHeap(t, p)
+	if _, _, ok := p.take(0); ok || p.len() != 11 {
+		t.Fatalf("the soonest record was kept (%d records)", p.len())
+	}
+	p.put(101, log, 500, 0) // the log's room again: drops records fresh before 500
+	checkHeap(t, p)
+	if _, _, ok := p.take(99); ok {
+		t.Fatal("the older log (fresh at 300) was kept beside the new one")
+	}
+	if _, _, ok := p.take(101); !ok {
+		t.Fatal("the new log was dropped")
 	}
 }
 
