@@ -69,7 +69,9 @@ type Item struct {
 	// of one non-zero Partition apart; how it places partitions is its own
 	// business (the Redis store derives the hash tag from it). Zero places
 	// an item by its Key alone. Items with the same Key must have the same
-	// Partition.
+	// Partition. (pkg/backend/split, which keeps short limits in a store of
+	// their own, decides a partition with limits on both sides in several
+	// steps: see its documentation.)
 	Partition uint64
 	// Account marks usage accounting: hits that already happened (the cost
 	// Envoy reports when a stream is done), which nothing can refuse. When

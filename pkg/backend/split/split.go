@@ -37,6 +37,11 @@
 // main part first would leave over-charges on minute, hour or day counters
 // for the rest of their window.
 //
+// Partitions (backend.Item.Partition) are split like any items: a
+// descriptor with a per-second and a longer limit (5 per second AND 100
+// per minute) has them in two stores, decided as a mixed request, exact
+// one request at a time and within the bound above under concurrency.
+//
 // Cost: a mixed request takes three calls in a row when allowed, two when
 // the per-second part denies (the peek's decisions then answer for the main
 // part), and the peek is skipped when the main part holds only Shadow items.
