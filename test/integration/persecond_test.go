@@ -136,3 +136,44 @@ func TestReferencePerSecondRedis(t *testing.T) {
 		t.Errorf("envoy_rls_redis_persecond_overcharged_total = %v, want 0 (no concurrency)", v)
 	}
 }
+
+// exactPerSecondYAML gives one descriptor a per-second and an hour limit
+// (a composite: both must allow), which land on different Redis servers.
+const exactPerSecondYAML = `
+domain: exact
+descriptors:
+  - key: composite
+    rate_limits:
+      - {unit: hour, requests_per_unit: 40}
+      - {unit: second, requests_per_unit: 1000000}
+`
+
+// Two instances sharing a main and a per-second Redis, hammered with a
+// descriptor whose limits live on both: the hour limit holds exactly, and
+// the per-second counters are over-charged only for calls that raced the
+// hour limit filling up (at most one per concurrent caller).
+func TestPerSecondRedisExactAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-heavy")
+	}
+	mainSrv, psSrv := redistest.StartStandalone(t), redistest.StartStandalone(t)
+	cfg := filepath.Join(t.TempDir(), "exact.yaml")
+	writeFile(t, cfg, exactPerSecondYAML)
+	procs := startInstances(t, 2, cfg, "--redis-url", mainSrv.URL(), "--redis-persecond-url", psSrv.URL())
+	const clients = 8
+	if ok := hammer(t, procs, clients, 15, "composite", "x"); ok != 40 {
+		t.Fatalf("%d allowed, want exactly 40", ok)
+	}
+	var mixed, over float64
+	for _, p := range procs {
+		mixed += labelled(t, p, `envoy_rls_redis_persecond_mixed_requests_total`)
+		over += labelled(t, p, `envoy_rls_redis_persecond_overcharged_total`)
+	}
+	if mixed != clients*15 {
+		t.Errorf("%v mixed requests, want %d", mixed, clients*15)
+	}
+	if over > clients {
+		t.Errorf("%v requests over-charged the per-second counter, more than one per caller (%d)", over, clients)
+	}
+	t.Logf("over-charged: %v of %v mixed requests", over, mixed)
+}
