@@ -203,7 +203,9 @@ func TestEvictionFloodKeepsExhaustedKeyDenied(t *testing.T) {
 		t.Fatalf("after %d fresh keys (%v evictions), the exhausted key was answered %v", flooded, evicted, r.OverallCode)
 	}
 	reset := r.Statuses[0].GetDurationUntilReset().AsDuration()
-	if restored := metricValue(t, p, "envoy_rls_memory_penalty_restored_total"); restored != 1 {
+	// (At least once: the store, over its bound while its maintenance
+	// catches up with the flood, may evict the victim again.)
+	if restored := metricValue(t, p, "envoy_rls_memory_penalty_restored_total"); restored < 1 {
 		t.Errorf("penalty set restored %v keys, want the victim", restored)
 	}
 	t.Logf("%d fresh keys, %v evictions: still OVER_LIMIT, %v until the window ends", flooded, evicted, reset)
