@@ -56,7 +56,7 @@ func TestAliasGuardCountsOnlyWhatAliasesAdd(t *testing.T) {
 		fmt.Fprintf(&b, "      l%d: &l%d [*l%d, *l%d]\n", i, i, i-1, i-1)
 	}
 	_, err := Parse("bomb.yaml", []byte(b.String()))
-	if err == nil || !strings.Contains(err.Error(), "bomb.yaml:1: aliases add more than 1000000 nodes to the document") {
+	if err == nil || !strings.Contains(err.Error(), "bomb.yaml:1: aliases add more than 1000000 nodes to the file") {
 		t.Fatalf("alias bomb: %v", err)
 	}
 }

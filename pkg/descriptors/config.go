@@ -45,7 +45,8 @@ type Domain struct {
 	// not set).
 	DefaultAlgorithm algorithms.Kind
 
-	root level
+	root  level
+	files map[*Node]string // the files of top-level nodes merged in from other files
 }
 
 // Entry is one key/value pair of a request descriptor.

@@ -10,22 +10,57 @@ import (
 	"strings"
 )
 
-// Load reads the configuration at path: one YAML file, or every *.yaml and
-// *.yml file of a directory (not its subdirectories, not dotfiles), in name
-// order, one domain per file. The whole configuration is checked; when
+// Options select the files Load reads from a directory and how documents
+// that name the same domain combine. The zero value is envoy-rls's own
+// layout: the *.yaml and *.yml files of the directory itself, no dotfiles,
+// one definition per domain.
+type Options struct {
+	// Recursive also reads the files of subdirectories, as the reference
+	// server's runtime loader walks its directory. A symbolic link to a
+	// directory is not followed (the reference does not follow it either);
+	// links to files are.
+	Recursive bool
+	// AllFiles reads every regular file whatever its name, as the
+	// reference does, not only *.yaml and *.yml.
+	AllFiles bool
+	// Dotfiles also reads files and directories whose name starts with "."
+	// (the reference's RUNTIME_IGNOREDOTFILES=false). Kubernetes' atomic
+	// writer entries (..data and the ..<timestamp> directory of a mounted
+	// ConfigMap) are never read: they repeat the visible files, which the
+	// reference then loads twice and refuses as duplicate domains.
+	Dotfiles bool
+	// MergeDomains lets several documents define one domain (the
+	// reference's MERGE_DOMAIN_CONFIG): their top-level descriptors are
+	// put together, in file order; a key and value defined by two of them
+	// is an error.
+	MergeDomains bool
+}
+
+// Load reads the configuration at path with the zero Options: one YAML file,
+// or every *.yaml and *.yml file of a directory (not its subdirectories, not
+// dotfiles), in name order. The whole configuration is checked; when
 // anything is wrong Load returns an Errors holding every problem found.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
+
+// LoadWith reads the configuration at path: one file, or the files of a
+// directory that o selects, in path order. A file may hold several YAML
+// documents (separated by ---), one domain each.
+func LoadWith(path string, o Options) (*Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, Errors{{File: path, Reason: "cannot read: " + pathReason(err)}}
 	}
 	files := []string{path}
 	if info.IsDir() {
-		if files, err = configFiles(path); err != nil {
+		if files, err = configFiles(path, o); err != nil {
 			return nil, Errors{{File: path, Reason: "cannot read: " + pathReason(err)}}
 		}
 		if len(files) == 0 {
-			return nil, Errors{{File: path, Reason: "no *.yaml or *.yml files in directory"}}
+			what := "no *.yaml or *.yml files in directory"
+			if o.AllFiles {
+				what = "no files in directory"
+			}
+			return nil, Errors{{File: path, Reason: what}}
 		}
 	}
 	var (
@@ -38,23 +73,17 @@ func Load(path string) (*Config, error) {
 			errs = append(errs, &Error{File: f, Reason: "cannot read: " + pathReason(err)})
 			continue
 		}
-		d, es := parseFile(f, data)
+		ds, es := parseFile(f, data)
 		errs = append(errs, es...)
-		if d != nil {
-			domains = append(domains, d)
-		}
+		domains = append(domains, ds...)
 	}
-	return build(domains, errs)
+	return build(domains, errs, o.MergeDomains)
 }
 
-// Parse reads one configuration document; file names it in errors.
+// Parse reads one configuration file's contents; file names it in errors.
 func Parse(file string, data []byte) (*Config, error) {
-	d, errs := parseFile(file, data)
-	var domains []*Domain
-	if d != nil {
-		domains = append(domains, d)
-	}
-	return build(domains, errs)
+	ds, errs := parseFile(file, data)
+	return build(ds, errs, false)
 }
 
 // Document is one configuration document and the name its errors carry.
@@ -68,22 +97,28 @@ type Document struct {
 // unique). No documents make an empty, valid configuration: a control plane
 // may send an empty state of the world.
 func ParseDocuments(docs []Document) (*Config, error) {
+	return ParseDocumentsWith(docs, Options{})
+}
+
+// ParseDocumentsWith is ParseDocuments where o.MergeDomains lets several
+// documents define one domain (the other options select files and do not
+// apply).
+func ParseDocumentsWith(docs []Document, o Options) (*Config, error) {
 	var (
 		domains []*Domain
 		errs    Errors
 	)
 	for _, doc := range docs {
-		d, es := parseFile(doc.File, doc.Data)
+		ds, es := parseFile(doc.File, doc.Data)
 		errs = append(errs, es...)
-		if d != nil {
-			domains = append(domains, d)
-		}
+		domains = append(domains, ds...)
 	}
-	return build(domains, errs)
+	return build(domains, errs, o.MergeDomains)
 }
 
-// configFiles lists the configuration files of a directory, sorted.
-func configFiles(dir string) ([]string, error) {
+// configFiles lists the configuration files of a directory that o selects,
+// sorted by path.
+func configFiles(dir string, o Options) ([]string, error) {
 	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
 		return nil, err
@@ -91,12 +126,24 @@ func configFiles(dir string) ([]string, error) {
 	var files []string
 	for _, e := range entries {
 		name := e.Name()
-		ext := filepath.Ext(name)
-		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+		if strings.HasPrefix(name, "..") || (!o.Dotfiles && strings.HasPrefix(name, ".")) {
 			continue
 		}
 		full := filepath.Join(dir, name)
-		if e.Type()&fs.ModeSymlink != 0 { // follow links to files
+		if e.IsDir() {
+			if o.Recursive {
+				sub, err := configFiles(full, o)
+				if err != nil {
+					return nil, err
+				}
+				files = append(files, sub...)
+			}
+			continue
+		}
+		if ext := filepath.Ext(name); !o.AllFiles && ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		if e.Type()&fs.ModeSymlink != 0 { // follow links to files only
 			info, err := os.Stat(full)
 			if err != nil {
 				return nil, err
@@ -104,8 +151,8 @@ func configFiles(dir string) ([]string, error) {
 			if info.IsDir() {
 				continue
 			}
-		} else if e.IsDir() {
-			continue
+		} else if !e.Type().IsRegular() {
+			continue // sockets, devices, pipes
 		}
 		files = append(files, full)
 	}
@@ -122,21 +169,101 @@ func pathReason(err error) string {
 	return err.Error()
 }
 
-// build checks that domain names are unique and assembles the Config.
-func build(domains []*Domain, errs Errors) (*Config, error) {
+// build checks that domain names are unique (or merges their definitions)
+// and assembles the Config.
+func build(domains []*Domain, errs Errors, merge bool) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain, len(domains))}
 	for _, d := range domains {
-		if first, ok := c.domains[d.Name]; ok {
+		first, ok := c.domains[d.Name]
+		switch {
+		case !ok:
+			c.domains[d.Name] = d
+			c.names = append(c.names, d.Name)
+		case merge:
+			errs = append(errs, first.merge(d)...)
+		default:
 			errs = append(errs, &Error{File: d.File, Line: d.Line,
 				Reason: fmt.Sprintf("duplicate domain %q (also defined at %s:%d)", d.Name, first.File, first.Line)})
-			continue
 		}
-		c.domains[d.Name] = d
-		c.names = append(c.names, d.Name)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	sort.Strings(c.names)
 	return c, nil
+}
+
+// merge adds the top-level descriptors of another definition of the domain,
+// as the reference server's MERGE_DOMAIN_CONFIG does: a key and value that
+// both define is an error (nested descriptors are not merged).
+func (d *Domain) merge(other *Domain) Errors {
+	var errs Errors
+	if d.root == nil {
+		d.root = level{}
+	}
+	var added []*Node
+	for _, g := range other.root {
+		added = append(added, g.nodes()...)
+	}
+	sort.Slice(added, func(i, j int) bool { return added[i].Line < added[j].Line })
+	for _, n := range added {
+		if prev := d.root.find(n.Key, n.Value); prev != nil {
+			errs = append(errs, &Error{File: other.File, Line: n.Line,
+				Reason: fmt.Sprintf("domain %q: descriptor %s is also defined at %s:%d", d.Name, entryName(n.Key, n.Value), d.fileOf(prev), prev.Line)})
+			continue
+		}
+		d.root.add(n)
+		if d.files == nil {
+			d.files = map[*Node]string{}
+		}
+		d.files[n] = other.File
+	}
+	return errs
+}
+
+// fileOf returns the file that defined a top-level node.
+func (d *Domain) fileOf(n *Node) string {
+	if f, ok := d.files[n]; ok {
+		return f
+	}
+	return d.File
+}
+
+func entryName(key, value string) string {
+	if value == "" {
+		return fmt.Sprintf("with key %q and no value", key)
+	}
+	return fmt.Sprintf("with key %q and value %q", key, value)
+}
+
+// nodes returns the nodes of a key group.
+func (g *keyGroup) nodes() []*Node {
+	var ns []*Node
+	if g.def != nil {
+		ns = append(ns, g.def)
+	}
+	for _, n := range g.exact {
+		ns = append(ns, n)
+	}
+	return append(ns, g.wild...)
+}
+
+// find returns the node of the level with exactly this key and value.
+func (l level) find(key, value string) *Node {
+	g := l[key]
+	if g == nil {
+		return nil
+	}
+	if value == "" {
+		return g.def
+	}
+	if n := g.exact[value]; n != nil {
+		return n
+	}
+	for _, n := range g.wild {
+		if n.Value == value {
+			return n
+		}
+	}
+	return nil
 }

@@ -44,13 +44,44 @@ type parser struct {
 	domain string
 }
 
-// parseFile reads one configuration document. It returns the domain (nil
-// when the document has no usable domain name) and every error found.
-func parseFile(file string, data []byte) (*Domain, Errors) {
-	p := &parser{file: file}
-	d := p.document(data)
-	p.errs.sortByLine()
-	return d, p.errs
+// parseFile reads one configuration file: one YAML document, or several
+// separated by ---, one domain each (Envoy Gateway dumps the configs it
+// serves that way). It returns the domains (without those that have no
+// usable domain name) and every error found.
+func parseFile(file string, data []byte) ([]*Domain, Errors) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var (
+		domains []*Domain
+		errs    Errors
+		docs    int
+		budget  = maxAliasNodes // nodes aliases may add, in the whole file
+	)
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		p := &parser{file: file}
+		if err != nil {
+			p.yamlError(data, err)
+			errs = append(errs, p.errs...)
+			break
+		}
+		if docs > 0 && isNull(resolve(doc.Content[0])) {
+			continue // an empty document after ---
+		}
+		docs++
+		if d := p.document(&doc, &budget); d != nil {
+			domains = append(domains, d)
+		}
+		errs = append(errs, p.errs...)
+	}
+	if docs == 0 && len(errs) == 0 {
+		errs = append(errs, &Error{File: file, Reason: "config is empty"})
+	}
+	errs.sortByLine()
+	return domains, errs
 }
 
 func (p *parser) errorf(line int, format string, args ...any) {
@@ -133,31 +164,21 @@ func syntaxErrorLine(data []byte, reason string) int {
 	return lo
 }
 
-func (p *parser) document(data []byte) *Domain {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.errorf(0, "config is empty")
-		} else {
-			p.yamlError(data, err)
-		}
-		return nil
-	}
-	var next yaml.Node
-	switch err := dec.Decode(&next); {
-	case err == nil:
-		p.errorf(next.Line, "more than one YAML document (one domain per file)")
-	case !errors.Is(err, io.EOF):
-		p.yamlError(data, err)
-	}
-	if literal := literalSize(&doc); expandedSize(&doc, literal+maxAliasNodes, map[*yaml.Node]int{}) > literal+maxAliasNodes {
+// document reads one YAML document (never empty: the caller skips those).
+// budget is how many nodes aliases may still add in the file; the
+// document's expansion is taken from it.
+func (p *parser) document(doc *yaml.Node, budget *int) *Domain {
+	literal := literalSize(doc)
+	expanded := expandedSize(doc, literal+*budget, map[*yaml.Node]int{})
+	if expanded > literal+*budget {
 		// Aliases can make a small file stand for an enormous tree (the
 		// "billion laughs"): refuse it before walking it. Only what the
 		// aliases add counts, so a large config without aliases loads.
-		p.errorf(doc.Line, "aliases add more than %d nodes to the document", maxAliasNodes)
+		p.errorf(doc.Line, "aliases add more than %d nodes to the file", maxAliasNodes)
+		*budget = 0
 		return nil
 	}
+	*budget -= expanded - literal
 	root := resolve(doc.Content[0])
 	if isNull(root) {
 		p.errorf(0, "config is empty")

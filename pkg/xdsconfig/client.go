@@ -89,6 +89,9 @@ type Options struct {
 	Backoff Backoff
 	// MaxMessageSize bounds a received message in bytes (0: gRPC's 4 MiB).
 	MaxMessageSize int
+	// MergeDomains lets several resources define one domain (the
+	// reference's MERGE_DOMAIN_CONFIG; see descriptors.Options).
+	MergeDomains bool
 	// Apply receives every valid configuration, in order. It must not
 	// block for long.
 	Apply func(*descriptors.Config)
@@ -254,7 +257,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse) (*discovery.Discovery
 	var cfg *descriptors.Config
 	err := fmt.Errorf("response has type %q, want %q", resp.GetTypeUrl(), TypeURL)
 	if resp.GetTypeUrl() == TypeURL {
-		cfg, err = Convert(resp.GetResources())
+		cfg, err = ConvertWith(resp.GetResources(), descriptors.Options{MergeDomains: c.o.MergeDomains})
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

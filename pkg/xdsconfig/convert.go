@@ -19,6 +19,12 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // exactly when the same config as a file is; errors name the resource.
 // No resources make an empty configuration.
 func Convert(resources []*anypb.Any) (*descriptors.Config, error) {
+	return ConvertWith(resources, descriptors.Options{})
+}
+
+// ConvertWith is Convert with the loader's options (o.MergeDomains lets
+// several resources define one domain).
+func ConvertWith(resources []*anypb.Any, o descriptors.Options) (*descriptors.Config, error) {
 	docs := make([]descriptors.Document, 0, len(resources))
 	for i, r := range resources {
 		if r.GetTypeUrl() != TypeURL {
@@ -34,7 +40,7 @@ func Convert(resources []*anypb.Any) (*descriptors.Config, error) {
 		}
 		docs = append(docs, doc)
 	}
-	return descriptors.ParseDocuments(docs)
+	return descriptors.ParseDocumentsWith(docs, o)
 }
 
 // Document renders one RateLimitConfig as the YAML document a file would
