@@ -13,6 +13,7 @@ package rlheaders
 import (
 	"encoding/base64"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,6 +30,49 @@ const (
 	RetryAfterField  = "Retry-After"
 	maxSFInteger     = 999_999_999_999_999 // RFC 9651 section 3.3.1
 )
+
+// LegacyNames are the names of the three legacy fields, which the reference
+// server lets an operator choose (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER,
+// LIMIT_RESET_HEADER). An empty name stands for the default one.
+type LegacyNames struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultLegacyNames are RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset.
+var DefaultLegacyNames = LegacyNames{LegacyLimit, LegacyRemaining, LegacyReset}
+
+// OrDefault returns n with every empty name replaced by the default one.
+func (n LegacyNames) OrDefault() LegacyNames {
+	if n.Limit == "" {
+		n.Limit = LegacyLimit
+	}
+	if n.Remaining == "" {
+		n.Remaining = LegacyRemaining
+	}
+	if n.Reset == "" {
+		n.Reset = LegacyReset
+	}
+	return n
+}
+
+// ValidFieldName reports whether s is an HTTP field name: a non-empty token
+// of RFC 9110 section 5.1.
+func ValidFieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Policy is one limit that applied to a request, with its state after the
 // decision.

@@ -333,3 +333,17 @@ func BenchmarkIETF(b *testing.B) {
 		IETF(ps)
 	}
 }
+
+func TestValidFieldName(t *testing.T) {
+	for s, want := range map[string]bool{
+		"RateLimit-Limit": true, "x-quota_limit.v1": true, "a!#$%&'*+-.^_`|~z": true,
+		"": false, "Rate Limit": false, "X:Y": false, "é": false, "a\n": false, "(x)": false,
+	} {
+		if got := ValidFieldName(s); got != want {
+			t.Errorf("ValidFieldName(%q) = %v, want %v", s, got, want)
+		}
+	}
+	if n := (LegacyNames{Remaining: "R"}).OrDefault(); n != (LegacyNames{LegacyLimit, "R", LegacyReset}) {
+		t.Errorf("OrDefault: %+v", n)
+	}
+}

@@ -8,12 +8,14 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 )
 
 // rateLimitHeaders describes the most restrictive status with a limit: an
 // OVER_LIMIT one (the longest wait) if any, else the one with the least
-// remaining. It returns nil when no status has a limit.
-func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+// remaining. It returns nil when no status has a limit. names are the
+// fields' names (all set).
+func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, names rlheaders.LegacyNames) []*corev3.HeaderValue {
 	var best *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range sts {
 		if st.CurrentLimit == nil {
@@ -39,9 +41,9 @@ func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3
 	}
 	reset := (best.DurationUntilReset.AsDuration() + time.Second - 1) / time.Second
 	return []*corev3.HeaderValue{
-		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(best.CurrentLimit.RequestsPerUnit), 10)},
-		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(best.LimitRemaining), 10)},
-		{Key: "RateLimit-Reset", Value: strconv.FormatInt(int64(reset), 10)},
+		{Key: names.Limit, Value: strconv.FormatUint(uint64(best.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: names.Remaining, Value: strconv.FormatUint(uint64(best.LimitRemaining), 10)},
+		{Key: names.Reset, Value: strconv.FormatInt(int64(reset), 10)},
 	}
 }
 

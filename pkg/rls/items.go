@@ -48,7 +48,8 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 		}
 		sc.kb.seal()
 		mode, group := backend.Enforced, 0
-		if p.node != nil && p.node.QuotaMode {
+		quota := p.node != nil && (p.node.QuotaMode || s.opts.QuotaMode)
+		if quota {
 			mode, group = backend.Quota, i
 		}
 		for _, l := range p.limits {
@@ -61,7 +62,7 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 			// and reports the real cost when the stream is done, which
 			// nothing can refuse any more, so it is charged even when it
 			// does not fit.
-			acct := hits > 0 && p.node != nil && p.node.QuotaMode
+			acct := hits > 0 && quota
 			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition, Account: acct})
 			sc.owners = append(sc.owners, owner{desc: i, limit: l})
 		}

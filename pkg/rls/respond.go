@@ -70,7 +70,7 @@ func (s *Service) respond(sc *scratch, req *rlsv3.RateLimitRequest, allowed bool
 		st.DurationUntilReset.Nanos = int32(wait % time.Second)
 	}
 	if s.opts.ResponseHeaders&HeadersLegacy != 0 {
-		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses)
+		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, s.legacyNames)
 	}
 	if s.opts.ResponseDynamicMetadata {
 		for i := range sc.plans {

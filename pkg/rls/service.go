@@ -26,6 +26,7 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 )
 
 // FailureMode is what the service answers when the store fails or cannot
@@ -126,6 +127,14 @@ type Options struct {
 	// with a limit (see HeaderMode). Retry-After is added to every
 	// OVER_LIMIT answer whatever it says.
 	ResponseHeaders HeaderMode
+	// QuotaMode treats every descriptor as quota_mode (the reference's
+	// QUOTA_MODE): a request is over the limit only when a descriptor that
+	// is not quota_mode is, or every quota_mode descriptor is.
+	QuotaMode bool
+	// LegacyHeaderNames names the fields of HeadersLegacy (the reference's
+	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty
+	// names are the defaults, RateLimit-Limit, -Remaining and -Reset.
+	LegacyHeaderNames rlheaders.LegacyNames
 	// OverLimitBody, when set, is rendered as raw_body of OVER_LIMIT
 	// answers (with a Content-Type: application/json header).
 	OverLimitBody *BodyTemplate
@@ -149,14 +158,16 @@ type Options struct {
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store     backend.Store
-	config    atomic.Pointer[descriptors.Config]
-	opts      Options
-	log       *slog.Logger
-	fails     *failureLog
-	unknown   *sampleLog // requests for unknown domains
-	unmatched *sampleLog // descriptors that match no rule
-	pool      sync.Pool
+	store  backend.Store
+	config atomic.Pointer[descriptors.Config]
+	opts   Options
+	log    *slog.Logger
+
+	legacyNames rlheaders.LegacyNames // opts.LegacyHeaderNames, defaults filled in
+	fails       *failureLog
+	unknown     *sampleLog // requests for unknown domains
+	unmatched   *sampleLog // descriptors that match no rule
+	pool        sync.Pool
 
 	rules     atomic.Pointer[ruleNames]
 	nearRatio float64
@@ -170,6 +181,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // nil: every descriptor is then allowed until SetConfig).
 func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger}
+	s.legacyNames = opts.LegacyHeaderNames.OrDefault()
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -339,6 +340,28 @@ func TestQuotaModeDeniesOnlyWhenAllQuotasAreOver(t *testing.T) {
 	}
 }
 
+// TestGlobalQuotaMode: the reference's QUOTA_MODE makes every descriptor
+// quota_mode: small (1/min) and big (10/min) are not quota_mode in the
+// config, yet small over alone no longer denies; both over deny.
+func TestGlobalQuotaMode(t *testing.T) {
+	plain := start(t, featuresYAML, rls.Options{})
+	plain.call(t, "f", desc("small", "x"), desc("q1", "x"))
+	if r := plain.call(t, "f", desc("small", "x"), desc("q2", "x")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("without quota mode small over must deny: %v", r)
+	}
+	h := start(t, featuresYAML, rls.Options{QuotaMode: true})
+	if r := h.call(t, "f", desc("small", "x"), desc("big", "x")); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatal(r)
+	}
+	r := h.call(t, "f", desc("small", "x"), desc("big", "x"))
+	if r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("small over alone must not deny under quota mode: %v", r)
+	}
+	if r := h.call(t, "f", desc("small", "x")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("every quota descriptor over must deny: %v", r)
+	}
+}
+
 func TestUnlimitedReplacesWhitelist(t *testing.T) {
 	h := start(t, featuresYAML, rls.Options{})
 	for i := 0; i < 3; i++ {
@@ -641,5 +664,20 @@ func TestResponseHeaders(t *testing.T) {
 	h2 := start(t, featuresYAML, rls.Options{})
 	if r := h2.call(t, "f", desc("big", "h")); len(r.ResponseHeadersToAdd) != 0 {
 		t.Fatalf("headers while off: %v", r.ResponseHeadersToAdd)
+	}
+}
+
+// TestResponseHeaderNames: the reference's LIMIT_*_HEADER names the three
+// fields; a name left empty keeps its default.
+func TestResponseHeaderNames(t *testing.T) {
+	h := start(t, featuresYAML, rls.Options{ResponseHeaders: rls.HeadersLegacy,
+		LegacyHeaderNames: rlheaders.LegacyNames{Limit: "X-Quota-Limit", Reset: "X-Quota-Reset"}})
+	r := h.call(t, "f", desc("big", "h"), desc("small", "h"))
+	var got []string
+	for _, hv := range r.ResponseHeadersToAdd {
+		got = append(got, hv.Key+": "+hv.Value)
+	}
+	if want := "X-Quota-Limit: 1|RateLimit-Remaining: 0|X-Quota-Reset: 50"; strings.Join(got, "|") != want {
+		t.Fatalf("headers %q, want %q", strings.Join(got, "|"), want)
 	}
 }
