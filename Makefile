@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test test-short lint vet bench bench-go build conformance
+.PHONY: run test test-short lint vet bench bench-go build conformance config-compare
 
 # Run the service on the embedded store with the example config. The ports
 # are ENVOY_RLS_GRPC_ADDR and ENVOY_RLS_HTTP_ADDR (default :8081 and :8080).
@@ -53,3 +53,11 @@ bench-go:
 conformance:
 	@if [ -z "$(REF_BIN)" ]; then echo "usage: make conformance REF_BIN=/path/to/ratelimit"; exit 2; fi
 	$(GO) run ./test/conformance -ref-bin "$(REF_BIN)"
+
+# Each config file checked alone by the reference's checker and by envoy-rls
+# (REF_CHECK: ratelimit_config_check built from envoyproxy/ratelimit;
+# CONFIGS: more files, e.g. the reference's test/config/*.yaml).
+config-compare:
+	@if [ -z "$(REF_CHECK)" ]; then echo "usage: make config-compare REF_CHECK=/path/to/config_check [CONFIGS='more/*.yaml']"; exit 2; fi
+	$(GO) build -o bin/envoy-rls ./cmd/envoy-rls
+	./test/conformance/configcheck.sh "$(REF_CHECK)" bin/envoy-rls test/conformance/configs/*.yaml $(CONFIGS)

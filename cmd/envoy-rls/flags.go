@@ -194,20 +194,24 @@ func (o *options) validate() error {
 
 // parseCheck parses check-config's flags. On -h it writes the usage to out
 // and returns errHelp.
-func parseCheck(args []string, out io.Writer) (string, error) {
-	var path string
-	c := newCommand("check-config", "  envoy-rls check-config --config PATH\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0).", true)
+func parseCheck(args []string, out io.Writer) (string, loadOptions, error) {
+	var (
+		path string
+		lo   loadOptions
+	)
+	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0).", true)
 	c.fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	addFileFlags(c.fs, &lo)
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			c.usage(out)
 		}
-		return "", err
+		return "", lo, err
 	}
 	if path == "" {
-		return "", errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG)")
+		return "", lo, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG)")
 	}
-	return path, nil
+	return path, lo, nil
 }
 
 // logLevel is --log-level: debug, info, warn or error (as slog.Level reads

@@ -77,9 +77,10 @@ func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.L
 			Initial: o.XDSBackoffInitial, Max: o.XDSBackoffMax,
 			RandomFactor: o.XDSBackoffRandomFactor, Jitter: o.XDSBackoffJitter,
 		},
-		Apply:  svc.SetConfig,
-		Loaded: metrics.ConfigLoad,
-		Logger: log,
+		MergeDomains: o.MergeDomainConfig,
+		Apply:        svc.SetConfig,
+		Loaded:       metrics.ConfigLoad,
+		Logger:       log,
 	})
 }
 

@@ -1,7 +1,7 @@
 // Command envoy-rls is Envoy's external rate limit service.
 //
 //	envoy-rls serve --config PATH [--grpc-addr :8081] [--http-addr :8080] [flags]
-//	envoy-rls check-config --config PATH
+//	envoy-rls check-config --config PATH [--merge-domain-config] [file selection flags]
 //
 // Every flag can also be set with an environment variable: ENVOY_RLS_ and the
 // flag's name in upper case with dashes as underscores (--grpc-addr is
@@ -78,14 +78,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "check-config":
-		path, err := parseCheck(args[1:], stdout)
+		path, lo, err := parseCheck(args[1:], stdout)
 		if errors.Is(err, errHelp) {
 			return 0
 		}
 		if err != nil {
 			return fail("check-config", err)
 		}
-		return checkConfig(path, stdout, stderr)
+		return checkConfig(path, lo.descriptorOptions(), stdout, stderr)
 	case "version", "--version", "-version":
 		c := newCommand("version", "  envoy-rls version\n\nPrints the version of this binary: the one set with -ldflags \"-X main.version=...\" or\nrecorded by Go, the git commit it was built from, and the Go version.", false)
 		if err := c.parse(args[1:]); errors.Is(err, errHelp) {
@@ -114,8 +114,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // checkConfig loads the config at path and prints every error as
 // file:line: reason. It returns the process exit code.
-func checkConfig(path string, stdout, stderr io.Writer) int {
-	cfg, err := descriptors.Load(path)
+func checkConfig(path string, lo descriptors.Options, stdout, stderr io.Writer) int {
+	cfg, err := descriptors.LoadWith(path, lo)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -20,6 +20,8 @@ import (
 // debug and metrics listeners, and what the reference server's environment
 // adds (issue 10).
 type xdsOptions struct {
+	loadOptions
+
 	ConfigXDS              string
 	XDSNodeID              string
 	XDSNodeMetadata        string
@@ -54,6 +56,7 @@ type xdsOptions struct {
 }
 
 func addXDSFlags(fs *flag.FlagSet, o *xdsOptions) {
+	addLoadFlags(fs, &o.loadOptions)
 	fs.StringVar(&o.ConfigXDS, "config-xds", "", "take the descriptor config from this xDS control plane (host:port; ADS, state of the world, type ratelimit.config.ratelimit.v3.RateLimitConfig) instead of --config")
 	fs.StringVar(&o.XDSNodeID, "xds-node-id", "envoy-ratelimit", "node id sent to the xDS control plane (Envoy Gateway serves envoy-ratelimit)")
 	fs.StringVar(&o.XDSNodeMetadata, "xds-node-metadata", "", "node metadata sent to the control plane: key=value[,key=value...]")
@@ -68,7 +71,7 @@ func addXDSFlags(fs *flag.FlagSet, o *xdsOptions) {
 	fs.Float64Var(&o.XDSBackoffRandomFactor, "xds-backoff-random-factor", xdsconfig.DefaultBackoff.RandomFactor, "spread of each reconnect wait, 0 to 1 (with --xds-backoff-jitter)")
 	fs.BoolVar(&o.XDSBackoffJitter, "xds-backoff-jitter", xdsconfig.DefaultBackoff.Jitter, "randomize reconnect waits by --xds-backoff-random-factor")
 	fs.IntVar(&o.XDSMaxMessageSize, "xds-max-message-size", 0, "largest xDS response accepted, in bytes (0: gRPC's 4 MiB)")
-	fs.BoolVar(&o.ForceStart, "force-start-without-initial-config", false, "with --config-xds: serve before the first config arrives (calls fail with \"no rate limit configuration loaded\" until then) instead of waiting for it")
+	fs.BoolVar(&o.ForceStart, "force-start-without-initial-config", false, "serve without a config: with --config-xds before the first one arrives, with --config when its files are there but do not load at start (then the next valid one is loaded as files change; a missing path exits 1); calls fail with \"no rate limit configuration loaded\" until then. Without it --config-xds waits and a --config that does not load exits 1")
 	fs.StringVar(&o.GRPCTLSCert, "grpc-tls-cert", "", "PEM certificate of the gRPC server (TLS), with --grpc-tls-key; re-read when the file changes")
 	fs.StringVar(&o.GRPCTLSKey, "grpc-tls-key", "", "PEM private key of --grpc-tls-cert")
 	fs.StringVar(&o.GRPCTLSClientCA, "grpc-tls-client-ca", "", "PEM CA bundle: require gRPC clients to present a certificate it signed (mutual TLS)")
@@ -116,7 +119,7 @@ func applyReference(fs *flag.FlagSet, o *options, lookup refenv.Lookup) error {
 
 // validateXDS checks the settings of this file together.
 func (o options) validateXDS() []error {
-	var errs []error
+	errs := o.validateLoad()
 	if o.ConfigXDS != "" && o.Config != "" {
 		errs = append(errs, errors.New("--config and --config-xds exclude each other"))
 	}

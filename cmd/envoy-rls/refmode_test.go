@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/refenv"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -107,5 +109,42 @@ func TestReferenceModes(t *testing.T) {
 	}
 	if o.ResponseHeaders != rls.HeadersLegacy || !o.ShadowMode || o.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
 		t.Fatalf("headers %v shadow %v near %v prefix %q", o.ResponseHeaders, o.ShadowMode, o.NearLimitRatio, o.KeyPrefix)
+	}
+}
+
+// The reference's file loading, merging, quota mode and header names become
+// options (every flag refenv sets exists in this build).
+func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
+	withEnv(t, map[string]string{
+		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1",
+		"MERGE_DOMAIN_CONFIG": "true", "QUOTA_MODE": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true",
+		"LIMIT_LIMIT_HEADER": "X-Limit", "LIMIT_REMAINING_HEADER": "X-Remaining", "LIMIT_RESET_HEADER": "X-Reset",
+	})
+	o, err := parseServe(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := o.descriptorOptions()
+	if o.Config != "/data/ratelimit/config" || !lo.Recursive || !lo.AllFiles || !lo.Dotfiles || !lo.MergeDomains ||
+		!o.ForceStart || !o.QuotaMode || o.ResponseHeaders != rls.HeadersLegacy ||
+		o.legacyNames() != (rlheaders.LegacyNames{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset"}) {
+		t.Fatalf("options = %+v", o)
+	}
+	// Native defaults: envoy-rls's own layout, fail fast.
+	o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo := o.descriptorOptions(); lo != (descriptors.Options{}) || o.ForceStart || o.legacyNames() != rlheaders.DefaultLegacyNames {
+		t.Fatalf("native defaults = %+v", o)
+	}
+	// Header names must be field names and differ.
+	for _, args := range [][]string{
+		{"--response-headers-limit-name", "X Limit"},
+		{"--response-headers-reset-name", "ratelimit-limit"},
+	} {
+		if _, err := parseServe(append([]string{"--config", "/etc/rls"}, args...), io.Discard); err == nil {
+			t.Errorf("%v accepted", args)
+		}
 	}
 }

@@ -88,14 +88,27 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	s.hup = make(chan os.Signal, 1)
 	signal.Notify(s.hup, syscall.SIGHUP)
 	logReference(o, log)
-	var cfg *descriptors.Config
+	var (
+		cfg     *descriptors.Config
+		loadErr error // of the config at start, when serving without it
+	)
 	if o.ConfigXDS == "" {
 		var err error
-		if cfg, err = descriptors.Load(o.Config); err != nil {
+		if cfg, err = descriptors.LoadWith(o.Config, o.descriptorOptions()); err != nil {
+			where := "loading config"
 			if o.reference != nil {
-				return s, fmt.Errorf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s:\n%v", o.Config, err)
+				where = fmt.Sprintf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s", o.Config)
 			}
-			return s, fmt.Errorf("loading config:\n%v", err)
+			if _, statErr := os.Stat(o.Config); !o.ForceStart || statErr != nil {
+				// A missing path fails fast even when forced, as the
+				// reference cannot watch a directory that is not there.
+				return s, fmt.Errorf("%s:\n%v", where, err)
+			}
+			// As the reference server: serve without a config (calls fail
+			// with "no rate limit configuration loaded") until a valid one
+			// is loaded when the files change.
+			loadErr = err
+			log.Error("config not loaded; serving without one until a valid config is loaded (--force-start-without-initial-config)", "config", o.Config, "errors", err.Error())
 		}
 	}
 	s.reg = prometheus.NewRegistry()
@@ -103,8 +116,8 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if o.ReferenceMetrics {
 		s.metrics.EnableReference(s.reg, o.NearLimitRatio)
 	}
-	if cfg != nil {
-		s.metrics.ConfigLoad(nil)
+	if cfg != nil || loadErr != nil {
+		s.metrics.ConfigLoad(loadErr)
 	}
 
 	traceCfg, err := tracing.FromEnv(os.Getenv)
@@ -138,6 +151,8 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		BackendTimeout:          o.BackendTimeout,
 		ShadowMode:              o.ShadowMode,
 		ResponseHeaders:         o.ResponseHeaders,
+		LegacyHeaderNames:       o.legacyNames(),
+		QuotaMode:               o.QuotaMode,
 		OverLimitBody:           overLimitBody,
 		NearLimitRatio:          o.NearLimitRatio,
 		Tracer:                  s.tracing.Tracer,
@@ -268,10 +283,14 @@ func (s *server) reload(reason string) {
 	if s.o.ConfigXDS != "" {
 		return
 	}
-	next, err := descriptors.Load(s.o.Config)
+	next, err := descriptors.LoadWith(s.o.Config, s.o.descriptorOptions())
 	s.metrics.ConfigLoad(err)
 	if err != nil {
-		s.log.Error("config reload failed; the previous config keeps serving", "reason", reason, "errors", err.Error())
+		if s.svc.Config() == nil {
+			s.log.Error("config reload failed; still serving without a config", "reason", reason, "errors", err.Error())
+		} else {
+			s.log.Error("config reload failed; the previous config keeps serving", "reason", reason, "errors", err.Error())
+		}
 		return
 	}
 	s.svc.SetConfig(next)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
 // watchConfig reloads the config on SIGHUP and, with --watch-config, when a
@@ -68,7 +70,7 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				if o.WatchRoot != "" && filepath.Dir(ev.Name) == filepath.Dir(filepath.Clean(o.WatchRoot)) && ev.Name != filepath.Clean(o.WatchRoot) {
 					continue // another entry next to the root
 				}
-				if !configEvent(dir, file, ev.Name) {
+				if !configEvent(dir, file, ev.Name, o.descriptorOptions()) {
 					continue // another file next to the config (a log, say)
 				}
 				// Quiet for reloadSettle, but never later than
@@ -113,14 +115,16 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 
 // configEvent reports whether a change of the entry name (as fsnotify names
 // it) may change the config read from dir: file is the config's path when it
-// is a file, "" when the config is the directory dir. Only such changes
-// reload: a process that logs into a file next to its config would otherwise
-// reload itself every settle interval for ever (each reload logs a line).
-// Kubernetes' atomic writer entries (..data, ..data_tmp, ..TIMESTAMP) always
-// count; then, for a file, its own name; for a directory, the entries the
-// loader reads (*.yaml, *.yml, not dotfiles). Names outside dir (the parent
-// of --watch-root) are not judged here.
-func configEvent(dir, file, name string) bool {
+// is a file, "" when the config is the directory dir, which lo selects files
+// from. Only such changes reload: a process that logs into a file next to
+// its config would otherwise reload itself every settle interval for ever
+// (each reload logs a line). Kubernetes' atomic writer entries (..data,
+// ..data_tmp, ..TIMESTAMP) always count; then, for a file, its own name; for
+// a directory, the entries the loader reads (*.yaml, *.yml, not dotfiles;
+// any name with --config-all-files or --config-recursive, which reads
+// subdirectories; dotfiles with --config-dotfiles). Names outside dir (the
+// parent of --watch-root) are not judged here.
+func configEvent(dir, file, name string, lo descriptors.Options) bool {
 	name = filepath.Clean(name)
 	if filepath.Dir(name) != filepath.Clean(dir) {
 		return true
@@ -132,7 +136,9 @@ func configEvent(dir, file, name string) bool {
 	case file != "":
 		return name == filepath.Clean(file)
 	case strings.HasPrefix(base, "."):
-		return false
+		return lo.Dotfiles
+	case lo.AllFiles || lo.Recursive:
+		return true
 	}
 	ext := filepath.Ext(base)
 	return ext == ".yaml" || ext == ".yml"

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
 // TestConfigEvent: only changes that can change the config reload it. A log
@@ -29,33 +31,42 @@ func TestConfigEvent(t *testing.T) {
 	for _, c := range []struct {
 		dir, file, name string
 		want            bool
+		lo              descriptors.Options
 	}{
 		// A single config file.
-		{root, file, file, true},
-		{root, file, filepath.Join(root, "rls.log"), false},
-		{root, file, filepath.Join(root, "other.yaml"), false},
-		{root, file, filepath.Join(root, ".ratelimit.yaml.swp"), false},
-		{root, file, filepath.Join(root, "..data"), true}, // ConfigMap swap
-		{root, file, filepath.Join(root, "..data_tmp"), true},
-		{root, file, filepath.Join(filepath.Dir(root), "current"), true}, // --watch-root's parent: judged elsewhere
+		{root, file, file, true, descriptors.Options{}},
+		{root, file, filepath.Join(root, "rls.log"), false, descriptors.Options{}},
+		{root, file, filepath.Join(root, "other.yaml"), false, descriptors.Options{}},
+		{root, file, filepath.Join(root, ".ratelimit.yaml.swp"), false, descriptors.Options{}},
+		{root, file, filepath.Join(root, "..data"), true, descriptors.Options{}}, // ConfigMap swap
+		{root, file, filepath.Join(root, "..data_tmp"), true, descriptors.Options{}},
+		{root, file, filepath.Join(filepath.Dir(root), "current"), true, descriptors.Options{}}, // --watch-root's parent: judged elsewhere
 		// A config directory.
-		{dir, "", filepath.Join(dir, "a.yaml"), true},
-		{dir, "", filepath.Join(dir, "b.yml"), true},
-		{dir, "", filepath.Join(dir, "..2026_12_01_02_00_00.123"), true},
-		{dir, "", filepath.Join(dir, "rls.log"), false},
-		{dir, "", filepath.Join(dir, ".a.yaml"), false},
-		{dir, "", filepath.Join(dir, "a.yaml~"), false},
+		{dir, "", filepath.Join(dir, "a.yaml"), true, descriptors.Options{}},
+		{dir, "", filepath.Join(dir, "b.yml"), true, descriptors.Options{}},
+		{dir, "", filepath.Join(dir, "..2026_12_01_02_00_00.123"), true, descriptors.Options{}},
+		{dir, "", filepath.Join(dir, "rls.log"), false, descriptors.Options{}},
+		{dir, "", filepath.Join(dir, ".a.yaml"), false, descriptors.Options{}},
+		{dir, "", filepath.Join(dir, "a.yaml~"), false, descriptors.Options{}},
+		// As the reference reads a directory: every file, subdirectories,
+		// dotfiles when asked.
+		{dir, "", filepath.Join(dir, "ratelimit-config"), true, descriptors.Options{AllFiles: true}},
+		{dir, "", filepath.Join(dir, "team-a"), true, descriptors.Options{Recursive: true}},
+		{dir, "", filepath.Join(dir, ".a.yaml"), false, descriptors.Options{AllFiles: true, Recursive: true}},
+		{dir, "", filepath.Join(dir, ".a.yaml"), true, descriptors.Options{Dotfiles: true}},
+		{dir, "", filepath.Join(dir, "..data"), true, descriptors.Options{AllFiles: true}},
+		{root, file, filepath.Join(root, "rls.log"), false, descriptors.Options{AllFiles: true, Recursive: true, Dotfiles: true}},
 	} {
-		if got := configEvent(c.dir, c.file, c.name); got != c.want {
-			t.Errorf("configEvent(%q, %q, %q) = %v, want %v", c.dir, c.file, c.name, got, c.want)
+		if got := configEvent(c.dir, c.file, c.name, c.lo); got != c.want {
+			t.Errorf("configEvent(%q, %q, %q, %+v) = %v, want %v", c.dir, c.file, c.name, c.lo, got, c.want)
 		}
 	}
 	// Relative paths as fsnotify names them (the watched path joined with
 	// the entry's name).
-	if !configEvent(".", "./ratelimit.yaml", "ratelimit.yaml") {
+	if !configEvent(".", "./ratelimit.yaml", "ratelimit.yaml", descriptors.Options{}) {
 		t.Error("a relative config file's own event was not a config event")
 	}
-	if configEvent(".", "./ratelimit.yaml", "rls.log") {
+	if configEvent(".", "./ratelimit.yaml", "rls.log", descriptors.Options{}) {
 		t.Error("a log next to a relative config file was a config event")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 )
 
 // ParseHeaders reads the reference's header list "k1:v1,k2:v2".
@@ -219,13 +221,18 @@ func (t *translator) modes() {
 			t.set(m.flag, "true", m.v)
 		}
 	}
-	for _, h := range []struct{ v, def string }{
-		{"LIMIT_LIMIT_HEADER", "RateLimit-Limit"},
-		{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining"},
-		{"LIMIT_RESET_HEADER", "RateLimit-Reset"},
+	for _, h := range []struct{ v, flag string }{
+		{"LIMIT_LIMIT_HEADER", "response-headers-limit-name"},
+		{"LIMIT_REMAINING_HEADER", "response-headers-remaining-name"},
+		{"LIMIT_RESET_HEADER", "response-headers-reset-name"},
 	} {
-		if v, ok := t.get(h.v); ok && !strings.EqualFold(v, h.def) {
-			t.unsupported(h.v, v, "the header is always named "+h.def)
+		v, ok := t.get(h.v)
+		switch {
+		case !ok:
+		case !rlheaders.ValidFieldName(v):
+			t.errs = append(t.errs, fmt.Errorf("%s=%q: want an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", h.v, v))
+		default:
+			t.set(h.flag, v, h.v)
 		}
 	}
 }

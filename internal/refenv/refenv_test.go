@@ -54,7 +54,9 @@ func TestEveryVariable(t *testing.T) {
 		{map[string]string{"RUNTIME_ROOT": "/data"}, []want{{flag: "config", value: "/data/config"}, {flag: "watch-root", value: "/data"}}},
 		{map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit"}, []want{{flag: "config", value: "/srv/runtime_data/current/ratelimit/config"}}},
 		{map[string]string{"RUNTIME_APPDIRECTORY": "limits"}, []want{{flag: "config", value: "/srv/runtime_data/current/limits"}}},
-		{map[string]string{"RUNTIME_IGNOREDOTFILES": "true"}, []want{{flag: "RUNTIME_IGNOREDOTFILES", ignored: true}}},
+		{map[string]string{"RUNTIME_IGNOREDOTFILES": "true"}, []want{{flag: "config-dotfiles"}}},
+		{map[string]string{"RUNTIME_IGNOREDOTFILES": "false"}, nil},
+		{xds("RUNTIME_IGNOREDOTFILES", "true"), []want{{flag: "RUNTIME_IGNOREDOTFILES", ignored: true}}},
 		{map[string]string{"RUNTIME_WATCH_ROOT": "false"}, []want{{flag: "watch-root", value: ""}}},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, []want{{flag: "config-xds", value: "localhost:18000"}, {flag: "config", value: ""}}},
 		{map[string]string{"CONFIG_TYPE": "REST"}, []want{{err: `CONFIG_TYPE="REST"`}}},
@@ -78,8 +80,9 @@ func TestEveryVariable(t *testing.T) {
 		{xds("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"), []want{{err: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR=2"}}},
 		{xds("XDS_CLIENT_BACKOFF_JITTER", "false"), []want{{flag: "xds-backoff-jitter", value: "false"}}},
 		{xds("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608"), []want{{flag: "xds-max-message-size", value: "8388608"}}},
-		{xds("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"), []want{{flag: "force-start-without-initial-config", value: "true"}}},
-		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, []want{{err: "MERGE_DOMAIN_CONFIG=true is not supported"}}},
+		{xds("FORCE_START_WITHOUT_INITIAL_CONFIG", "false"), []want{{flag: "force-start-without-initial-config"}}},
+		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, []want{{flag: "merge-domain-config", value: "true"}}},
+		{map[string]string{"MERGE_DOMAIN_CONFIG": "maybe"}, []want{{err: `MERGE_DOMAIN_CONFIG="maybe"`}}},
 		{map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, []want{{flag: "health-requires-config", value: "true"}}},
 		{map[string]string{"USE_STATSD": "true"}, []want{{err: "USE_STATSD=true is not supported"}}},
 		{map[string]string{"USE_STATSD": "false"}, nil},
@@ -157,9 +160,10 @@ func TestEveryVariable(t *testing.T) {
 		{map[string]string{"QUOTA_MODE": "true"}, []want{{flag: "quota-mode", value: "true"}}},
 		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, []want{{flag: "response-dynamic-metadata", value: "true"}}},
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, []want{{flag: "response-headers", value: "true"}}},
-		{map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, []want{{err: "LIMIT_LIMIT_HEADER=X-Limit is not supported"}}},
-		{map[string]string{"LIMIT_REMAINING_HEADER": "ratelimit-remaining"}, nil},
-		{map[string]string{"LIMIT_RESET_HEADER": "X-Reset"}, []want{{err: "LIMIT_RESET_HEADER=X-Reset"}}},
+		{map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, []want{{flag: "response-headers-limit-name", value: "X-Limit"}}},
+		{map[string]string{"LIMIT_REMAINING_HEADER": "ratelimit-remaining"}, []want{{flag: "response-headers-remaining-name", value: "ratelimit-remaining"}}},
+		{map[string]string{"LIMIT_RESET_HEADER": "X-Reset"}, []want{{flag: "response-headers-reset-name", value: "X-Reset"}}},
+		{map[string]string{"LIMIT_RESET_HEADER": "X Reset"}, []want{{err: `LIMIT_RESET_HEADER="X Reset": want an HTTP header name`}}},
 		{map[string]string{"MEMCACHE_HOST_PORT": "m:11211"}, []want{{flag: "MEMCACHE_HOST_PORT", ignored: true}}},
 		{map[string]string{"EXPIRATION_JITTER_MAX_SECONDS": "10"}, []want{{flag: "EXPIRATION_JITTER_MAX_SECONDS", ignored: true}}},
 		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, []want{{flag: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", ignored: true}}},
@@ -392,3 +396,34 @@ MEMCACHE_TLS MEMCACHE_TLS_CLIENT_CERT MEMCACHE_TLS_CLIENT_KEY MEMCACHE_TLS_CACER
 MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION SHADOW_MODE QUOTA_MODE RESPONSE_DYNAMIC_METADATA MERGE_DOMAIN_CONFIG
 TRACING_ENABLED TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE TRACING_SERVICE_INSTANCE_ID
 TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
+
+// TestFileSourceAsReference: under CONFIG_TYPE=FILE the directory is read as
+// the reference's runtime loader reads it (every file, subdirectories,
+// dotfiles unless RUNTIME_IGNOREDOTFILES) and the server starts when it does
+// not load; over xDS only FORCE_START_WITHOUT_INITIAL_CONFIG starts it early.
+func TestFileSourceAsReference(t *testing.T) {
+	res, err := Translate(FromMap(map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{
+		"config": "/data/ratelimit/config", "config-recursive": "true", "config-all-files": "true",
+		"config-dotfiles": "true", "force-start-without-initial-config": "true",
+	} {
+		if s, _ := res.Lookup(flag); s.Value != want {
+			t.Errorf("%s = %q, want %q", flag, s.Value, want)
+		}
+	}
+	res, err = Translate(FromMap(xds("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := res.Lookup("force-start-without-initial-config"); s.Value != "true" || s.From != "FORCE_START_WITHOUT_INITIAL_CONFIG" {
+		t.Errorf("xDS force start: %+v", s)
+	}
+	for _, flag := range []string{"config-recursive", "config-all-files", "config-dotfiles"} {
+		if s, ok := res.Lookup(flag); ok {
+			t.Errorf("xDS sets %s=%q", flag, s.Value)
+		}
+	}
+}

@@ -94,10 +94,8 @@ func (t *translator) runtimeDir() string {
 
 func (t *translator) configSource() {
 	ctype := strings.ToUpper(t.str("CONFIG_TYPE", "FILE"))
-	t.boolean("RUNTIME_IGNOREDOTFILES", false) // checked; dotfiles are always skipped
-	t.ignore("RUNTIME_IGNOREDOTFILES", "dotfiles in the config directory are always skipped")
 	if t.boolean("MERGE_DOMAIN_CONFIG", false) {
-		t.unsupported("MERGE_DOMAIN_CONFIG", "true", "a domain must be defined in one file (or one xDS resource)")
+		t.set("merge-domain-config", "true", "MERGE_DOMAIN_CONFIG")
 	}
 	if t.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false) {
 		t.set("health-requires-config", "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
@@ -108,13 +106,23 @@ func (t *translator) configSource() {
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
 		"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER",
 		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "FORCE_START_WITHOUT_INITIAL_CONFIG"}
-	runtimeVars := []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_WATCH_ROOT"}
+	runtimeVars := []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"}
 	switch ctype {
 	case "FILE":
 		for _, v := range xdsVars {
 			t.ignore(v, "CONFIG_TYPE is FILE")
 		}
 		t.set("config", t.runtimeDir(), "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+		// The reference's runtime loader reads every file below the
+		// directory, whatever its name, dotfiles unless
+		// RUNTIME_IGNOREDOTFILES; and it starts when the files do not
+		// load (calls fail until a valid config is loaded).
+		t.set("config-recursive", "true", "CONFIG_TYPE")
+		t.set("config-all-files", "true", "CONFIG_TYPE")
+		if !t.boolean("RUNTIME_IGNOREDOTFILES", false) {
+			t.set("config-dotfiles", "true", "RUNTIME_IGNOREDOTFILES")
+		}
+		t.set("force-start-without-initial-config", "true", "CONFIG_TYPE")
 		if t.boolean("RUNTIME_WATCH_ROOT", true) {
 			// The reference then reloads when RUNTIME_ROOT itself is
 			// swapped (a symlink replaced by another).

@@ -58,7 +58,7 @@ func TestHelpOnStdout(t *testing.T) {
 		{[]string{"-h"}, "envoy-rls: Envoy's external rate limit service.\n", "envoy-rls version"},
 		{[]string{"serve", "-h"}, "Usage:\n  envoy-rls serve --config PATH [flags]\n", "  --redis-url (env ENVOY_RLS_REDIS_URL)\n"},
 		{[]string{"serve", "--help"}, "Usage:\n  envoy-rls serve --config PATH [flags]\n", "  --backend-timeout (env ENVOY_RLS_BACKEND_TIMEOUT), default \"1s\"\n"},
-		{[]string{"check-config", "-h"}, "Usage:\n  envoy-rls check-config --config PATH\n", "  --config (env ENVOY_RLS_CONFIG)\n"},
+		{[]string{"check-config", "-h"}, "Usage:\n  envoy-rls check-config --config PATH [--config-recursive]", "  --merge-domain-config (env ENVOY_RLS_MERGE_DOMAIN_CONFIG)"},
 		{[]string{"version", "-h"}, "Usage:\n  envoy-rls version\n", "Prints the version"},
 	} {
 		stdout, stderr, code := runBinary(t, nil, tc.args...)
