@@ -4,15 +4,19 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
 // The flags that name Redis servers: any of them selects the redis backend
 // when --backend is not given.
 var redisAddrFlags = []string{"redis-url", "redis-sentinel", "redis-cluster"}
 
-// Flags that only the memory backend reads (with redis, the local failure
-// mode's fallback store takes their defaults); the redis backend alone reads
-// every other --redis-* flag, --key-prefix and --local-deny-cache.
+// Flags that bound an embedded store: the memory backend's, or the redis
+// backend's fallback store under --failure-mode local (the redis backend
+// refuses them in the other failure modes, which keep no store). The redis
+// backend alone reads every other --redis-* flag, --key-prefix and
+// --local-deny-cache.
 var memoryOnlyFlags = []string{"max-keys", "max-memory", "penalty-keys"}
 
 // redisOnly reports whether only the redis backend reads flag name.
@@ -68,8 +72,8 @@ func (o *options) selectBackend() error {
 		}
 	case "redis":
 		for _, f := range memoryOnlyFlags {
-			if c.given(f) {
-				return fmt.Errorf("%s applies to the memory backend; the backend is redis (selected by %s)", c.source(f), o.BackendFrom)
+			if c.given(f) && o.FailureMode != rls.FailLocal {
+				return fmt.Errorf("%s applies to the memory backend and to the fallback store of --failure-mode local; the backend is redis (selected by %s) and the failure mode %s keeps no store", c.source(f), o.BackendFrom, o.FailureMode)
 			}
 		}
 	}

@@ -84,10 +84,10 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.TextVar(&o.LogLevel, "log-level", logLevel(slog.LevelInfo), "debug, info, warn or error")
 	fs.TextVar(&o.LogFormat, "log-format", logFormat("text"), "text or json")
 	fs.TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
-	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "memory backend: most counter keys held; beyond it, the keys least likely to be used again are evicted")
+	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "embedded store (memory backend, or redis's --failure-mode local fallback): most counter keys held; beyond it, the keys least likely to be used again are evicted")
 	o.MaxMemory = memory.DefaultMaxMemory
-	fs.TextVar(&o.MaxMemory, "max-memory", &o.MaxMemory, "memory backend: most estimated bytes of counter keys held (key bytes + about 240 per key), e.g. 256MiB or 1GB; with --max-keys, whichever binds first")
-	fs.IntVar(&o.PenaltyKeys, "penalty-keys", memory.DefaultPenaltyKeys, "memory backend: most exhausted keys kept denied after eviction until their state is fresh (about 130 bytes each; 0 disables)")
+	fs.TextVar(&o.MaxMemory, "max-memory", &o.MaxMemory, "embedded store: most estimated bytes of counter keys held (key bytes + about 240 per key), e.g. 256MiB or 1GB; with --max-keys, whichever binds first")
+	fs.IntVar(&o.PenaltyKeys, "penalty-keys", memory.DefaultPenaltyKeys, "embedded store: most exhausted keys kept denied after eviction until their state is fresh (about 130 bytes each; 0 disables)")
 	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailLocal, "when Redis fails or cannot answer in time: local (decide on an embedded store, write the allowed hits back later), allow (answer OK, write the hits back later) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
 	fs.Float64Var(&o.LocalShare, "local-share", 1, "failure mode local: the share of each limit an instance allows on its own while Redis is away, in (0, 1] (1/N for N instances bounds the outage to the limit)")
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", time.Second, "cap on the backend wait per request: a call waits until the caller's deadline less a margin for answering, at most this long (alone when the caller sends no deadline)")
@@ -174,22 +174,31 @@ func (o *options) validate() error {
 	if err := o.selectBackend(); err != nil {
 		return errors.Join(append(errs, err)...) // the rest depends on the backend
 	}
+	if o.Backend == "memory" || o.FailureMode == rls.FailLocal {
+		errs = append(errs, o.validateEmbedded()...)
+	}
 	switch o.Backend {
-	case "memory":
-		if o.MaxKeys < 1 {
-			errs = append(errs, errors.New("--max-keys must be at least 1"))
-		}
-		if o.MaxMemory < minMaxMemory {
-			errs = append(errs, fmt.Errorf("%s: want at least %s", o.cmd.value("max-memory", formatSize(uint64(o.MaxMemory))), formatSize(minMaxMemory)))
-		}
-		if o.PenaltyKeys < 0 {
-			errs = append(errs, fmt.Errorf("%s: must not be negative (0 disables the penalty set)", o.cmd.value("penalty-keys", fmt.Sprint(o.PenaltyKeys))))
-		}
 	case "redis":
 		errs = append(errs, o.redisConn.validate()...)
 		errs = append(errs, o.validatePerSecond()...)
 	}
 	return errors.Join(errs...)
+}
+
+// validateEmbedded checks the bounds of the embedded store (the memory
+// backend's, or the fallback of --failure-mode local).
+func (o *options) validateEmbedded() []error {
+	var errs []error
+	if o.MaxKeys < 1 {
+		errs = append(errs, errors.New("--max-keys must be at least 1"))
+	}
+	if o.MaxMemory < minMaxMemory {
+		errs = append(errs, fmt.Errorf("%s: want at least %s", o.cmd.value("max-memory", formatSize(uint64(o.MaxMemory))), formatSize(minMaxMemory)))
+	}
+	if o.PenaltyKeys < 0 {
+		errs = append(errs, fmt.Errorf("%s: must not be negative (0 disables the penalty set)", o.cmd.value("penalty-keys", fmt.Sprint(o.PenaltyKeys))))
+	}
+	return errs
 }
 
 // parseCheck parses check-config's flags. On -h it writes the usage to out

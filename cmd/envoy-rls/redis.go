@@ -47,6 +47,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	switch o.FailureMode {
 	case rls.FailLocal:
 		fallback = memory.New(memoryOptions(o)...)
+		registerMemoryMetrics(reg, fallback)
 		ro.Fallback, ro.FallbackShare, ro.OnFallback = fallback, o.LocalShare, onFallback
 	case rls.FailOpen:
 		ro.CountFailedOpen = true

@@ -50,6 +50,14 @@ func TestMemoryBoundFlags(t *testing.T) {
 	if o.MaxMemory != 1e9 || o.PenaltyKeys != 0 || o.GRPCMaxRecvMsgSize != 1<<20 {
 		t.Fatalf("got --max-memory %d --penalty-keys %d --grpc-max-recv-msg-size %d", o.MaxMemory, o.PenaltyKeys, o.GRPCMaxRecvMsgSize)
 	}
+	// With Redis, they bound the fallback store of --failure-mode local.
+	o, err = parseServe([]string{"--config", "x", "--redis-url", "redis://h:1", "--max-keys", "500", "--max-memory", "64MiB", "--penalty-keys", "7"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MaxKeys != 500 || o.MaxMemory != 64<<20 || o.PenaltyKeys != 7 {
+		t.Fatalf("redis with local fallback: --max-keys %d --max-memory %d --penalty-keys %d", o.MaxKeys, o.MaxMemory, o.PenaltyKeys)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -58,7 +66,8 @@ func TestMemoryBoundFlags(t *testing.T) {
 		{[]string{"--max-memory", "1000"}, `--max-memory "1000": want at least 1MiB`},
 		{[]string{"--penalty-keys", "-1"}, `--penalty-keys "-1": must not be negative`},
 		{[]string{"--grpc-max-recv-msg-size", "2GiB"}, `--grpc-max-recv-msg-size "2GiB": want 1KiB to 1GiB`},
-		{[]string{"--max-memory", "1GiB", "--redis-url", "redis://h:1"}, "--max-memory applies to the memory backend"},
+		{[]string{"--max-memory", "1GiB", "--redis-url", "redis://h:1", "--failure-mode", "allow"}, "--max-memory applies to the memory backend and to the fallback store of --failure-mode local; the backend is redis (selected by --redis-url) and the failure mode allow keeps no store"},
+		{[]string{"--max-memory", "1KiB", "--redis-url", "redis://h:1"}, `--max-memory "1KiB": want at least 1MiB`},
 	} {
 		_, err := parseServe(append([]string{"--config", "x"}, c.args...), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -198,8 +198,8 @@ func TestRedisURLSelectsRedis(t *testing.T) {
 			"envoy-rls serve: --redis-cluster needs the redis backend, but ENVOY_RLS_BACKEND (--backend) is \"memory\": drop --backend (then --redis-cluster selects Redis) or drop --redis-cluster\n"},
 		{nil, []string{"--redis-pool-size", "5"},
 			"envoy-rls serve: --redis-pool-size applies to the redis backend, which needs --redis-url, --redis-sentinel or --redis-cluster\n"},
-		{nil, []string{"--redis-url", srv.Addr(), "--max-keys", "10"},
-			"envoy-rls serve: --max-keys applies to the memory backend; the backend is redis (selected by --redis-url)\n"},
+		{nil, []string{"--redis-url", srv.Addr(), "--failure-mode", "deny", "--max-keys", "10"},
+			"envoy-rls serve: --max-keys applies to the memory backend and to the fallback store of --failure-mode local; the backend is redis (selected by --redis-url) and the failure mode deny keeps no store\n"},
 	} {
 		args := append([]string{"serve", "--config", cfg}, tc.args...)
 		stdout, stderr, code := runBinary(t, tc.env, args...)
