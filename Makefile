@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test test-short lint vet bench bench-go build conformance config-compare
+.PHONY: run test test-short lint vet bench bench-go build conformance config-compare failmodes
 
 # Run the service on the embedded store with the example config. The ports
 # are ENVOY_RLS_GRPC_ADDR and ENVOY_RLS_HTTP_ADDR (default :8081 and :8080).
@@ -46,6 +46,15 @@ bench:
 # The Go benchmarks of the hot path.
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./pkg/...
+
+# Measures, for each failure mode, what three instances sharing one
+# redis-server allow while Redis is overloaded, slow, frozen and killed, and
+# prints the table of README's Failure policy (test/integration's
+# TestFailureModes, which CI runs with its assertions, on a normal build).
+failmodes:
+	@out=$$(mktemp); if $(GO) test -count=1 -v -timeout 10m -run '^TestFailureModes$$' ./test/integration \
+		-args -build-race=false -failmodes.table >$$out 2>&1; then sed -n '/^| mode/,/^$$/p' $$out; rm -f $$out; \
+	else cat $$out; rm -f $$out; exit 1; fi
 
 # Replays request sequences from the reference server's test suite against
 # the reference (REF_BIN, built from github.com/envoyproxy/ratelimit) and
