@@ -170,7 +170,8 @@ func TestOverloadWithCallerDeadlines(t *testing.T) {
 // default failure mode (local) decides those on each instance's embedded
 // store, so the allowed total stays within the documented bound (the limit
 // in Redis plus one limit per instance), every call answered OK is counted
-// in Redis (up to the limit: write-backs saturate), and timed-out calls do
+// in Redis (read here as the limit less what remains, which stops at the
+// limit; TestFailureModes reads the count itself), and timed-out calls do
 // not close connections: Redis sees no more than the pools' size.
 func TestOverloadWithEnvoyDeadlines(t *testing.T) {
 	srv := redistest.StartStandalone(t)

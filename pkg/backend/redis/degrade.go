@@ -263,10 +263,8 @@ func (r *Store) flush() bool {
 	failed := false
 	for i, c := range calls {
 		it := items[i]
-		if failed {
-			r.wb.add(it)
-			continue
-		}
+		// Each its own: on a Cluster, the script calls of other slots
+		// may have worked.
 		if err := decodeGroup(&c.groups[0], items[i:i+1], out); err != nil {
 			failed = true
 			if mayHaveRun(err) {
