@@ -20,6 +20,7 @@ import (
 	"github.com/envoyrls/envoy-rls/internal/certreload"
 	"github.com/envoyrls/envoy-rls/internal/debugsrv"
 	"github.com/envoyrls/envoy-rls/internal/refenv"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 	"github.com/envoyrls/envoy-rls/pkg/xdsconfig"
 )
@@ -60,7 +61,8 @@ func grpcServerTLS(o options, log *slog.Logger) (grpc.ServerOption, error) {
 
 // newXDSClient builds the client of --config-xds. Every valid config it
 // receives replaces the service's config.
-func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.Logger) (*xdsconfig.Client, error) {
+// applied is called after every config the client applies.
+func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.Logger, applied func()) (*xdsconfig.Client, error) {
 	tlsConf, err := xdsTLSConfig(o)
 	if err != nil {
 		return nil, err
@@ -78,7 +80,7 @@ func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.L
 			RandomFactor: o.XDSBackoffRandomFactor, Jitter: o.XDSBackoffJitter,
 		},
 		MergeDomains: o.MergeDomainConfig,
-		Apply:        svc.SetConfig,
+		Apply:        func(c *descriptors.Config) { svc.SetConfig(c); applied() },
 		Loaded:       metrics.ConfigLoad,
 		Logger:       log,
 	})

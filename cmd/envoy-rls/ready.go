@@ -16,9 +16,13 @@ import (
 // once, Redis at its first PING), and stops being ready when shutdown
 // begins. A Redis outage after that does not make it unready: the failure
 // mode decides the answers then, and taking every instance out of its load
-// balancer at once would not help (see README, Health).
+// balancer at once would not help (see README, Health). Under
+// --health-requires-config it is also not ready while no config with a
+// domain is loaded, as the reference's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+// makes its /healthcheck and gRPC health say.
 type readiness struct {
-	health *health.Server
+	health    *health.Server
+	hasConfig func() bool // nil when no config is required
 
 	mu       sync.Mutex
 	ready    bool
@@ -33,25 +37,50 @@ type pinger interface {
 
 // newReadiness returns the readiness of a service on store; when the store
 // can be pinged, it is not ready (and gRPC health says NOT_SERVING) until
-// the first successful ping, which run retries in the background.
-func newReadiness(store backend.Store, hs *health.Server) *readiness {
-	r := &readiness{health: hs, ready: true}
+// the first successful ping, which run retries in the background. When
+// hasConfig is not nil, it is not ready either while hasConfig says no
+// (call configChanged when the config changes).
+func newReadiness(store backend.Store, hs *health.Server, hasConfig func() bool) *readiness {
+	r := &readiness{health: hs, ready: true, hasConfig: hasConfig}
 	if _, ok := store.(pinger); ok {
 		r.ready, r.why = false, "redis not reachable yet: not checked yet"
-		hs.Shutdown() // every service NOT_SERVING until Resume
 	}
+	r.apply()
 	return r
+}
+
+// apply makes gRPC health say what status says (r.mu held, or r not
+// shared yet).
+func (r *readiness) apply() {
+	if ok, _ := r.statusLocked(); ok {
+		r.health.Resume()
+	} else {
+		r.health.Shutdown() // every service NOT_SERVING until Resume
+	}
+}
+
+// configChanged updates gRPC health after the config changed.
+func (r *readiness) configChanged() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.apply()
 }
 
 // status returns whether the service is ready and, when not, why.
 func (r *readiness) status() (bool, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.statusLocked()
+}
+
+func (r *readiness) statusLocked() (bool, string) {
 	switch {
 	case r.stopping:
 		return false, "shutting down"
 	case !r.ready:
 		return false, r.why
+	case r.hasConfig != nil && !r.hasConfig():
+		return false, "no config with a domain loaded yet (--health-requires-config)"
 	}
 	return true, ""
 }
@@ -85,7 +114,7 @@ func (r *readiness) watch(ctx context.Context, store backend.Store, log *slog.Lo
 			r.mu.Lock()
 			r.ready, r.why = true, ""
 			if !r.stopping {
-				r.health.Resume()
+				r.apply()
 			}
 			r.mu.Unlock()
 			log.Info("redis reachable", "after", time.Since(start).Round(time.Millisecond).String(), "attempts", attempt)

@@ -164,8 +164,15 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	})
 	svc.Store(s.svc)
 
+	// The readiness, once made: the xDS client tells it of every config
+	// it applies (health may require one).
+	var readyNow atomic.Pointer[readiness]
 	if o.ConfigXDS != "" {
-		client, err := newXDSClient(o, s.svc, s.metrics, log)
+		client, err := newXDSClient(o, s.svc, s.metrics, log, func() {
+			if r := readyNow.Load(); r != nil {
+				r.configChanged()
+			}
+		})
 		if err != nil {
 			return s, err
 		}
@@ -196,7 +203,13 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		return s, fmt.Errorf("gRPC listener: %w", err)
 	}
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
-	s.ready = newReadiness(s.store, s.health)
+	var hasConfig func() bool
+	if o.HealthRequiresConfig {
+		hasConfig = func() bool { return len(s.svc.Config().Domains()) > 0 }
+	}
+	s.ready = newReadiness(s.store, s.health, hasConfig)
+	readyNow.Store(s.ready)
+	s.ready.configChanged() // a config the xDS client applied meanwhile
 	rctx, cancel := context.WithCancel(context.Background())
 	readyDone := make(chan struct{})
 	go func() {
@@ -220,7 +233,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 			fmt.Fprintln(w, "OK")
 		})
 		mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
-			if ok, _ := s.ready.status(); !ok || (o.HealthRequiresConfig && len(s.svc.Config().Domains()) == 0) {
+			if ok, _ := s.ready.status(); !ok {
 				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
@@ -294,6 +307,7 @@ func (s *server) reload(reason string) {
 		return
 	}
 	s.svc.SetConfig(next)
+	s.ready.configChanged()
 	s.log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
 }
 

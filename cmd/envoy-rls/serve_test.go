@@ -133,7 +133,8 @@ func TestHealthcheck(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	var grpcAddr string
-	run := func(args ...string) (string, string, func()) {
+	// run serves with args until /healthz answers want.
+	run := func(want int, args ...string) (string, string, func()) {
 		httpAddr, debugAddr := freeAddr(t), freeAddr(t)
 		grpcAddr = freeAddr(t)
 		o, err := parseServe(append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", debugAddr, "--log-level", "error"}, args...), io.Discard)
@@ -145,7 +146,7 @@ func TestHealthcheck(t *testing.T) {
 		go func() { _ = serve(ctx, o, io.Discard); close(done) }()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if code, _ := get("http://" + httpAddr + "/healthz"); code == http.StatusOK {
+			if code, _ := get("http://" + httpAddr + "/healthz"); code == want {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -155,7 +156,7 @@ func TestHealthcheck(t *testing.T) {
 		}
 		return "http://" + httpAddr, "http://" + debugAddr, func() { cancel(); <-done }
 	}
-	web, debug, stop := run("--config", cfg)
+	web, debug, stop := run(http.StatusOK, "--config", cfg)
 	if code, body := get(web + "/healthcheck"); code != 200 || body != "OK" {
 		t.Fatalf("/healthcheck = %d %q, want 200 OK", code, body)
 	}
@@ -163,7 +164,8 @@ func TestHealthcheck(t *testing.T) {
 		t.Fatalf("/rlconfig = %d %q", code, body)
 	}
 	stop()
-	web, debug, stop = run("--config-xds", freeAddr(t), "--force-start-without-initial-config", "--health-requires-config")
+	// Not ready without a config: /healthz says 503 too.
+	web, debug, stop = run(http.StatusServiceUnavailable, "--config-xds", freeAddr(t), "--force-start-without-initial-config", "--health-requires-config")
 	defer stop()
 	if code, body := get(web + "/healthcheck"); code != http.StatusInternalServerError || body != "" {
 		t.Fatalf("/healthcheck without a config = %d %q, want 500 and no body", code, body)

@@ -10,15 +10,27 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/xdstest"
 )
 
 // callErr makes one call and returns its error (nil when answered).
 func (p *proc) callErr(t *testing.T, domain string, kv ...string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
 	return p.client().ShouldRateLimit(ctxT(t), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*commonv3.RateLimitDescriptor{descriptor(kv...)}})
+}
+
+// grpcHealth returns the gRPC health of the service name "ratelimit".
+func (p *proc) grpcHealth(t *testing.T) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	hr, err := healthpb.NewHealthClient(p.conn).Check(ctxT(t), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hr.Status
 }
 
 // noConfig reports whether err is the reference's answer without a config.
@@ -94,6 +106,9 @@ func TestReferenceStartsWithInvalidConfig(t *testing.T) {
 				health = 500
 			}
 			p, _ := startReferenceHealth(t, health, env)
+			if got, want := p.grpcHealth(t), map[bool]healthpb.HealthCheckResponse_ServingStatus{false: healthpb.HealthCheckResponse_SERVING, true: healthpb.HealthCheckResponse_NOT_SERVING}[healthy]; got != want {
+				t.Errorf("gRPC health %v without a config, want %v", got, want)
+			}
 			if _, err := p.callErr(t, "shop", "path", "/cart"); !noConfig(err) {
 				t.Fatalf("call without a config: %v, want Unknown: no rate limit configuration loaded", err)
 			}
@@ -108,6 +123,9 @@ func TestReferenceStartsWithInvalidConfig(t *testing.T) {
 			p.expectCodes(t, "shop", []string{"path", "/cart"}, rlsv3.RateLimitResponse_OVER_LIMIT)
 			if code, _ := httpGetCode(p.httpURL + "/healthcheck"); code != 200 {
 				t.Errorf("/healthcheck %d with a config loaded", code)
+			}
+			if got := p.grpcHealth(t); got != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("gRPC health %v with a config loaded", got)
 			}
 		})
 	}
@@ -131,9 +149,17 @@ func TestServeInvalidConfigAtStart(t *testing.T) {
 		t.Fatalf("fail fast: exit %d, stderr:\n%s", code, stderr)
 	}
 
-	p := startServe(t, nil, "--config", file, "--force-start-without-initial-config", "--health-requires-config")
+	// Not ready without a config: /healthz says why, /healthcheck 500,
+	// gRPC health NOT_SERVING.
+	p := startServeHealth(t, 503, nil, "--config", file, "--force-start-without-initial-config", "--health-requires-config")
+	if code, body := httpGetCode(p.httpURL + "/healthz"); code != 503 || !strings.Contains(body, "no config with a domain loaded yet") {
+		t.Errorf("/healthz %d %q without a config", code, body)
+	}
 	if code, _ := httpGetCode(p.httpURL + "/healthcheck"); code != 500 {
 		t.Errorf("/healthcheck %d without a config, want 500", code)
+	}
+	if got := p.grpcHealth(t); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health %v without a config", got)
 	}
 	if _, err := p.callErr(t, "shop", "path", "/cart"); !noConfig(err) {
 		t.Fatalf("call without a config: %v", err)
@@ -153,6 +179,12 @@ func TestServeInvalidConfigAtStart(t *testing.T) {
 	})
 	if code, _ := httpGetCode(p.httpURL + "/healthcheck"); code != 200 {
 		t.Errorf("/healthcheck %d with a config loaded", code)
+	}
+	if code, _ := httpGetCode(p.httpURL + "/healthz"); code != 200 {
+		t.Errorf("/healthz %d with a config loaded", code)
+	}
+	if got := p.grpcHealth(t); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health %v with a config loaded", got)
 	}
 }
 
@@ -184,5 +216,50 @@ func TestCheckConfigAsReference(t *testing.T) {
 	stdout, stderr, code = runBinary(t, nil, "check-config", "--config", dir, "--config-all-files", "--merge-domain-config")
 	if code != 0 || !strings.Contains(stdout, "valid (1 domains)") {
 		t.Errorf("merged: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestXDSHealthAndMerge: over xDS with FORCE_START_WITHOUT_INITIAL_CONFIG
+// and HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, /healthcheck and gRPC health
+// say not serving until the first config arrives; with MERGE_DOMAIN_CONFIG
+// two resources of one domain are merged.
+func TestXDSHealthAndMerge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-heavy")
+	}
+	cp := xdstest.Start(t, nil)
+	rdb := redistest.StartStandalone(t)
+	p, _ := startReferenceHealth(t, 500, []string{
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + cp.Addr, "CONFIG_GRPC_XDS_NODE_ID=" + xdstest.NodeID,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "MERGE_DOMAIN_CONFIG=true",
+	})
+	if got := p.grpcHealth(t); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health %v before the first config", got)
+	}
+	if _, err := p.client().ShouldRateLimit(ctxT(t), egRequest("gw/http", "rule-a", "alice", "10.0.0.1")); !noConfig(err) {
+		t.Fatalf("call before the first config: %v", err)
+	}
+	a, b := egRateLimitConfig("gw/http", "rule-a", 1), egRateLimitConfig("gw/http", "rule-b", 2)
+	b.Name = "gw/http-part-2"
+	v := cp.Set(t, a, b)
+	cp.WaitRequest(t, "ACK of version "+v, xdstest.ACKed(v))
+	waitFor(t, 10*time.Second, "/healthcheck 200", func() bool {
+		code, _ := httpGetCode(p.httpURL + "/healthcheck")
+		return code == 200
+	})
+	if got := p.grpcHealth(t); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health %v with a config", got)
+	}
+	for rule, want := range map[string][]rlsv3.RateLimitResponse_Code{
+		"rule-a": {rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT},
+		"rule-b": {rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT},
+	} {
+		for i, w := range want {
+			resp, err := p.client().ShouldRateLimit(ctxT(t), egRequest("gw/http", rule, "alice", "10.0.0.1"))
+			if err != nil || resp.OverallCode != w {
+				t.Fatalf("%s call %d: %v %v, want %v", rule, i+1, resp.GetOverallCode(), err, w)
+			}
+		}
 	}
 }
