@@ -24,6 +24,8 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Split", func(t *testing.T) { testClusterSplit(t, cl) })
 	t.Run("MatchesMemory", func(t *testing.T) { testClusterMatchesMemory(t, cl) })
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
+	// Last: it freezes a node.
+	t.Run("FrozenMasterChargesOnce", func(t *testing.T) { testClusterFrozenMasterChargesOnce(t, cl) })
 }
 
 // testClusterSlot checks Slot, and the keys the store derives from

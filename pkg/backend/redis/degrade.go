@@ -282,7 +282,8 @@ func (r *Store) flush() bool {
 }
 
 // answers reports whether Redis answers a PING (within the client's read
-// timeout, or until the store closes).
+// timeout, or until the store closes): on a Cluster, every master, as a
+// write-back may be for any of them.
 func (r *Store) answers() bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -293,6 +294,9 @@ func (r *Store) answers() bool {
 		case <-ctx.Done():
 		}
 	}()
+	if cc, ok := r.client.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() }) == nil
+	}
 	return r.client.Ping(ctx).Err() == nil
 }
 

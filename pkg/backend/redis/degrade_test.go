@@ -320,3 +320,75 @@ func TestLongFreezeWritesBackOnce(t *testing.T) {
 		t.Errorf("Redis counted %d, want the %d allowed and %d charged late, plus at most %d unsure", got, a1+a2, st.LateCharged, st.WriteBackUnsure)
 	}
 }
+
+// testClusterFrozenMasterChargesOnce: one master of a Cluster frozen for
+// several read timeouts while the fallback allows hits of a key it serves.
+// go-redis's Cluster client re-sends a pipeline whose connection timed
+// out, and the frozen master ran each copy when it resumed (20 hits
+// counted twice, none reported): the script calls are marked not to be
+// re-sent, write-backs wait until every master answers a PING, and Redis
+// counts every allowed hit once, plus at most the calls counted as unsure.
+func testClusterFrozenMasterChargesOnce(t *testing.T, cl *redistest.Cluster) {
+	fb := memory.New()
+	defer fb.Close()
+	const readTimeout = 100 * time.Millisecond
+	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "wb:", PoolSize: 4, ReadTimeout: readTimeout, WriteTimeout: readTimeout, Fallback: fb})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100_000, Window: time.Hour}
+	const part = 1
+	node := -1
+	s := redis.Slot(redis.RedisKey("wb:", backend.Item{Key: "f", Partition: part}))
+	for i := range cl.Nodes {
+		if lo, hi := redistest.SlotRange(i, len(cl.Nodes)); s >= lo && s <= hi {
+			node = i
+		}
+	}
+	apply := func(n int, d time.Duration) (allowed int64) {
+		var a atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				ok, err := r.Apply(ctx, []backend.Item{{Key: "f", Limit: l, Hits: 1, Partition: part}}, make([]algorithms.Decision, 1))
+				if err != nil {
+					t.Errorf("with a fallback store: %v", err)
+				}
+				if ok {
+					a.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return a.Load()
+	}
+	a1 := apply(10, 10*time.Second)
+
+	cl.Nodes[node].Pause()
+	var a2 int64
+	for start := time.Now(); time.Since(start) < 5*readTimeout; {
+		a2 += apply(20, 10*time.Millisecond)
+	}
+	if r.Stats().WriteBackPending == 0 {
+		t.Fatal("nothing waits to be written back: the test did not test anything")
+	}
+	cl.Nodes[node].Resume()
+	cl.WaitOK(t)
+	settle(t, r)
+	st := r.Stats()
+	out := make([]algorithms.Decision, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Apply(ctx, []backend.Item{{Key: "f", Limit: l, Partition: part}}, out); err != nil {
+		t.Fatal(err)
+	}
+	got := l.Requests - out[0].Remaining
+	t.Logf("healthy %d, node %d frozen: %d allowed; Redis counted %d; stats %+v", a1, node, a2, got, st)
+	if st.WriteBackRetried != 0 {
+		t.Errorf("%d hits written back again during the freeze", st.WriteBackRetried)
+	}
+	if low := uint64(a1+a2) + st.LateCharged; got < low || got > low+st.WriteBackUnsure {
+		t.Errorf("Redis counted %d, want the %d allowed and %d charged late, plus at most %d unsure", got, a1+a2, st.LateCharged, st.WriteBackUnsure)
+	}
+}

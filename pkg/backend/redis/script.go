@@ -190,7 +190,7 @@ type scriptCall struct {
 	index  map[string]int // key -> 1-based index into keys
 	args   []byte         // ARGV[1]
 	groups []*group
-	cmd    *goredis.IntSliceCmd
+	cmd    *onceCmd
 }
 
 // newScriptCall returns an empty call, with room for requests of items
@@ -234,7 +234,7 @@ func (sc *scriptCall) add(g *group, now int64, whole bool) {
 
 // command returns sc as an FCALL command, or with evalsha as an EVALSHA
 // one, or with source as an EVAL.
-func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *goredis.IntSliceCmd {
+func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *onceCmd {
 	args := make([]interface{}, 0, 4+len(sc.keys))
 	switch {
 	case source:
@@ -249,8 +249,19 @@ func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *goredi
 		args = append(args, k)
 	}
 	args = append(args, sc.args)
-	return goredis.NewIntSliceCmd(ctx, args...)
+	return &onceCmd{goredis.NewIntSliceCmd(ctx, args...)}
 }
+
+// onceCmd is a script call that go-redis never sends again on its own: a
+// Cluster client re-sends a pipeline whose connection timed out or broke
+// (MOVED and ASK redirects still work), but a script sent to a frozen
+// server may still run when it resumes, and sent again it would charge
+// twice. Whether a failed call ran is the store's business (see
+// Store.degrade and mayHaveRun).
+type onceCmd struct{ *goredis.IntSliceCmd }
+
+// NoRetry tells go-redis not to re-send the pipeline that holds the call.
+func (*onceCmd) NoRetry() bool { return true }
 
 // errReply reports a script reply of an unexpected shape.
 var errReply = errors.New("redis: unexpected reply from the redis script")
