@@ -223,7 +223,11 @@ func normalize(resp *rlsv3.RateLimitResponse, err error, sent time.Time) map[str
 				v = phase(sent, time.Duration(n)*time.Second)
 			}
 		}
-		hs = append(hs, h.Key+"="+v)
+		// Each header is a field of its own, so that a reset time is
+		// compared as one (one second either way, see equal) rather than
+		// as part of one string of every header.
+		hs = append(hs, h.Key)
+		f["header."+h.Key] = v
 	}
 	sort.Strings(hs)
 	f["headers"] = strings.Join(hs, ",")
