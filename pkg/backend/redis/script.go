@@ -89,7 +89,10 @@ import (
 //
 // A state that is fresh after a committed request (the ResetAfter of its
 // key's last allowing item is zero) is deleted. Otherwise its TTL is that
-// ResetAfter rounded up to the millisecond.
+// ResetAfter rounded up to the millisecond: SET ... PX, except for a fixed
+// window or sliding counter key that already held a count in the same
+// window, whose TTL already ends at that instant (rounded when it was set):
+// SET ... KEEPTTL, which costs Redis less than half as much.
 //
 // A key that holds anything else (another type, or the format of an
 // earlier version) is deleted and starts fresh rather than failing the

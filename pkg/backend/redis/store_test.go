@@ -66,6 +66,22 @@ func TestRedisTTL(t *testing.T) {
 			if pttl <= 0 || pttl > maxTTL {
 				t.Fatalf("PTTL %v, want in (0, %v] (ResetAfter %v)", pttl, maxTTL, reset)
 			}
+
+			// A second hit in the same window: the TTL follows the new
+			// ResetAfter. A fixed window or sliding counter key keeps the
+			// TTL its window's first hit set (SET KEEPTTL: the same
+			// instant, rounded to the millisecond then), so it may be a
+			// millisecond or two above the new ResetAfter rounded up.
+			ds, _ = redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: 1})
+			reset = ds[0].ResetAfter
+			pttl = rc.PTTL(ctx, "ttl:"+key).Val()
+			maxTTL = (reset + time.Millisecond - 1).Truncate(time.Millisecond)
+			if k == algorithms.FixedWindow || k == algorithms.SlidingWindowCounter {
+				maxTTL += 2 * time.Millisecond
+			}
+			if pttl <= 0 || pttl > maxTTL {
+				t.Fatalf("after a second hit: PTTL %v, want in (0, %v] (ResetAfter %v)", pttl, maxTTL, reset)
+			}
 		})
 	}
 

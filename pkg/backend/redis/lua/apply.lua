@@ -90,6 +90,10 @@ local s_at, s_count, s_prev, s_level = {}, {}, {}, {}
 -- (l_drop), the entries pushed in this batch (l_push, flat at, hits), and
 -- whether the key existed.
 local l_ent, l_m, l_drop, l_push, l_np, l_exists = {}, {}, {}, {}, {}, {}
+-- The at and count a key was loaded with (count 0: fresh). A fixed window
+-- or sliding counter key that held a count in the window it is saved in
+-- already expires where it should (see save).
+local w_at, w_count = {}, {}
 -- Per key: its algorithm, the ResetAfter of its last charge (its TTL),
 -- and the call (G) in which it was loaded. These tables live as long as
 -- the function library (with EVAL, one call), so a call allocates no
@@ -207,6 +211,7 @@ local function load(ki, alg)
 		call("DEL", K[ki])
 		fresh(ki, alg)
 	end
+	w_at[ki], w_count[ki] = s_at[ki], s_count[ki]
 end
 
 -- entry returns at, hits of stored entry i (1-based) of log key ki, or nil
@@ -577,7 +582,17 @@ local function save(ki, injected)
 		else
 			v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_level[ki])
 		end
-		if ms then
+		if ms and alg ~= BUCKET and alg ~= GCRA and w_count[ki] > 0 and s_count[ki] > 0 and w_at[ki] == s_at[ki] then
+			-- The key had a count in this same window, so its TTL was set
+			-- to the same instant: the window's end for a fixed window,
+			-- the next window's for a counter (its count in this window
+			-- is not zero). SET ... PX costs Redis 2.5 times SET ... KEEPTTL
+			-- (it is rewritten to PXAT for replication). Redis before 6.0
+			-- has no KEEPTTL: then SET ... PX.
+			if pcall_("SET", key, v, "KEEPTTL").err then
+				call("SET", key, v, "PX", ms)
+			end
+		elseif ms then
 			call("SET", key, v, "PX", ms)
 		else
 			call("SET", key, v)
