@@ -33,6 +33,11 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 		w, err = fsnotify.NewWatcher()
 		if err == nil {
 			err = w.Add(dir)
+			if err == nil && o.ConfigRecursive {
+				// The loader reads subdirectories: watch them too (the
+				// reference sees changes of its directory only).
+				watchSubdirs(w, dir, o.descriptorOptions())
+			}
 			if err == nil && o.WatchRoot != "" {
 				// The reference's RUNTIME_WATCH_ROOT: RUNTIME_ROOT itself
 				// may be replaced (a symlink swapped), which only its
@@ -90,7 +95,7 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				// A stable snapshot: the files read the same across a
 				// settle time, so a writer that pauses mid-file is not
 				// loaded half-written. If they changed, wait again.
-				if !stableConfig(ctx, o.Config, reloadSettle) {
+				if !stableConfig(ctx, o.Config, o.ConfigRecursive, reloadSettle) {
 					timer.Reset(reloadSettle)
 					continue
 				}
@@ -100,6 +105,9 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 					// After a root swap the config directory is a new
 					// one: watch it by its path again.
 					_ = w.Add(configDir(o.Config))
+				}
+				if w != nil && o.ConfigRecursive {
+					watchSubdirs(w, configDir(o.Config), o.descriptorOptions()) // new ones too
 				}
 			}
 		}
@@ -153,9 +161,30 @@ const (
 	reloadMaxDelay = 2 * time.Second
 )
 
+// watchSubdirs adds a watch for every subdirectory of dir that the loader
+// with lo reads (not through links to directories, not Kubernetes' ..
+// entries, dot directories only with lo.Dotfiles). Adding a watched one
+// again does nothing.
+func watchSubdirs(w *fsnotify.Watcher, dir string, lo descriptors.Options) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || strings.HasPrefix(name, "..") || (!lo.Dotfiles && strings.HasPrefix(name, ".")) {
+			continue
+		}
+		sub := filepath.Join(dir, name)
+		_ = w.Add(sub)
+		watchSubdirs(w, sub, lo)
+	}
+}
+
 // configSnapshot returns the contents of the config's files (the file, or
-// every regular file of the directory, by name), or nil when unreadable.
-func configSnapshot(path string) []byte {
+// every regular file of the directory, by name, and of its subdirectories
+// when recursive), or nil when unreadable.
+func configSnapshot(path string, recursive bool) []byte {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil
@@ -170,6 +199,12 @@ func configSnapshot(path string) []byte {
 	}
 	var all []byte
 	for _, e := range entries { // sorted by name
+		if recursive && e.IsDir() {
+			all = append(all, e.Name()...)
+			all = append(all, '/')
+			all = append(all, configSnapshot(filepath.Join(path, e.Name()), true)...)
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(path, e.Name()))
 		if err != nil {
 			continue
@@ -184,8 +219,8 @@ func configSnapshot(path string) []byte {
 
 // stableConfig reports whether the config's files read the same before and
 // after settle.
-func stableConfig(ctx context.Context, path string, settle time.Duration) bool {
-	before := configSnapshot(path)
+func stableConfig(ctx context.Context, path string, recursive bool, settle time.Duration) bool {
+	before := configSnapshot(path, recursive)
 	t := time.NewTimer(settle)
 	defer t.Stop()
 	select {
@@ -193,5 +228,5 @@ func stableConfig(ctx context.Context, path string, settle time.Duration) bool {
 		return false
 	case <-t.C:
 	}
-	return bytes.Equal(before, configSnapshot(path))
+	return bytes.Equal(before, configSnapshot(path, recursive))
 }

@@ -58,7 +58,7 @@ func TestReferenceFileLayout(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(root, "ratelimit", "config", "team-b", "b.conf"), "domain: team-b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
 	rdb := redistest.StartStandalone(t)
-	p, _ := startReference(t, []string{
+	p, debugURL := startReference(t, []string{
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(), "USE_STATSD=false",
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true",
 		"MERGE_DOMAIN_CONFIG=true",
@@ -81,6 +81,18 @@ func TestReferenceFileLayout(t *testing.T) {
 	if got["X-Quota-Limit"] != "1" || got["X-Quota-Remaining"] != "0" || got["X-Quota-Reset"] == "" || got["RateLimit-Limit"] != "" {
 		t.Errorf("headers %v, want X-Quota-Limit 1, X-Quota-Remaining 0 and X-Quota-Reset", got)
 	}
+
+	// A change inside a subdirectory reloads (the reference sees changes
+	// of its directory only).
+	sub := filepath.Join(root, "ratelimit", "config", "team-b")
+	writeFile(t, filepath.Join(sub, "b.conf.tmp"), "domain: team-b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	if err := os.Rename(filepath.Join(sub, "b.conf.tmp"), filepath.Join(sub, "b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the subdirectory's change in /rlconfig", func() bool {
+		_, body := httpGetCode(debugURL + "/rlconfig")
+		return strings.Contains(body, "team-b.k: unit=HOUR requests_per_unit=5")
+	})
 }
 
 // TestReferenceStartsWithInvalidConfig: as the reference, a config that
