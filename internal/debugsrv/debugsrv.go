@@ -83,7 +83,7 @@ func JSON(cfg *descriptors.Config) []Descriptor {
 		e := Descriptor{
 			Domain: d.Name, FullKey: n.FullKey(), Key: n.Key, Value: n.Value,
 			ShadowMode: n.ShadowMode, QuotaMode: n.QuotaMode, DetailedMetric: n.DetailedMetric,
-			ValueToMetric: n.ValueToMetric, ShareThreshold: n.ShareThreshold, File: d.File, Line: n.Line,
+			ValueToMetric: n.ValueToMetric, ShareThreshold: n.ShareThreshold, File: d.NodeFile(n), Line: n.Line,
 		}
 		for _, l := range n.Limits {
 			jl := Limit{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.RequestsPerUnit, Unlimited: l.Unlimited, Shadow: l.Shadow, Replaces: l.Replaces}

@@ -74,3 +74,26 @@ func TestRLConfig(t *testing.T) {
 		t.Fatalf("no config, json: %d %q", code, body)
 	}
 }
+
+// A domain merged from several documents names each descriptor's own file.
+func TestRLConfigMergedFiles(t *testing.T) {
+	cfg, err := descriptors.ParseDocumentsWith([]descriptors.Document{
+		{File: "a.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")},
+		{File: "b.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: hour, requests_per_unit: 2}\n")},
+	}, descriptors.Options{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, debugsrv.Handler(func() *descriptors.Config { return cfg }), "/rlconfig?format=json")
+	var got []debugsrv.Descriptor
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, d := range got {
+		files[d.Key] = d.File
+	}
+	if files["a"] != "a.yaml" || files["b"] != "b.yaml" || files["c"] != "b.yaml" {
+		t.Fatalf("files %v", files)
+	}
+}

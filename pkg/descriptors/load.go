@@ -229,6 +229,15 @@ func (d *Domain) fileOf(n *Node) string {
 	return d.File
 }
 
+// NodeFile returns the file that defines n, a node of the domain: d.File,
+// or another file when several were merged (MergeDomains).
+func (d *Domain) NodeFile(n *Node) string {
+	for n.parent != nil {
+		n = n.parent
+	}
+	return d.fileOf(n)
+}
+
 func entryName(key, value string) string {
 	if value == "" {
 		return fmt.Sprintf("with key %q and no value", key)

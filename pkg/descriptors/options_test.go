@@ -165,7 +165,7 @@ func TestMergeDomains(t *testing.T) {
 	root := writeTree(t, map[string]string{
 		"1.yaml": domainDoc("shared", "k"),
 		"2.yaml": "domain: shared\ndescriptors:\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 5}\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 7}\n  - key: w\n    value: 'a*'\n    rate_limit: {unit: second, requests_per_unit: 8}\n",
-		"3.yaml": "domain: shared\ndescriptors:\n  - key: w\n    value: 'ab*'\n    rate_limit: {unit: second, requests_per_unit: 9}\n",
+		"3.yaml": "domain: shared\ndescriptors:\n  - key: w\n    value: 'ab*'\n    rate_limit: {unit: second, requests_per_unit: 9}\n  - key: z\n    rate_limit: {unit: second, requests_per_unit: 9}\n",
 		"4.yaml": domainDoc("other", "k"),
 	})
 	if _, err := LoadWith(root, Options{}); err == nil || !strings.Contains(err.Error(), `duplicate domain "shared"`) {
@@ -186,6 +186,13 @@ func TestMergeDomains(t *testing.T) {
 		p := d.Match(entries(tc.entry), nil)
 		if p == nil || len(p[0].Limits) != 1 || p[0].Limits[0].RequestsPerUnit != tc.want {
 			t.Errorf("%s: %v, want a limit of %d", tc.entry, describePath(p), tc.want)
+		}
+	}
+	// Each node knows its own file.
+	for _, tc := range []struct{ entry, file string }{{"k=x", "1.yaml"}, {"j=x", "2.yaml"}, {"w=abc", "2.yaml"}, {"z=1", "3.yaml"}} {
+		p := d.Match(entries(tc.entry), nil)
+		if p == nil || d.NodeFile(p[0]) != filepath.Join(root, tc.file) {
+			t.Errorf("%s: file %v, want %s", tc.entry, p, tc.file)
 		}
 	}
 	// The same key and value in two files.
