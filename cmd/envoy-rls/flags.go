@@ -208,7 +208,7 @@ func parseCheck(args []string, out io.Writer) (string, loadOptions, error) {
 		path string
 		lo   loadOptions
 	)
-	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0).", true)
+	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config] [--config-lenient]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0); with --config-lenient, what was accepted as the reference server accepts it as file:line: warning: reason.", true)
 	c.fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
 	addFileFlags(c.fs, &lo)
 	if err := c.parse(args); err != nil {

@@ -80,6 +80,7 @@ func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.L
 			RandomFactor: o.XDSBackoffRandomFactor, Jitter: o.XDSBackoffJitter,
 		},
 		MergeDomains: o.MergeDomainConfig,
+		Lenient:      o.ConfigLenient,
 		Apply:        func(c *descriptors.Config) { svc.SetConfig(c); applied() },
 		Loaded:       metrics.ConfigLoad,
 		Logger:       log,

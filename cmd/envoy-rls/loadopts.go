@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
@@ -18,6 +19,7 @@ type loadOptions struct {
 	ConfigAllFiles    bool
 	ConfigDotfiles    bool
 	MergeDomainConfig bool
+	ConfigLenient     bool
 	QuotaMode         bool
 
 	HeaderLimitName     string
@@ -39,6 +41,7 @@ func addFileFlags(fs *flag.FlagSet, o *loadOptions) {
 	fs.BoolVar(&o.ConfigRecursive, "config-recursive", false, "a --config directory: also read its subdirectories (not through links to directories), as the reference server does")
 	fs.BoolVar(&o.ConfigAllFiles, "config-all-files", false, "a --config directory: read every file, not only *.yaml and *.yml, as the reference server does")
 	fs.BoolVar(&o.ConfigDotfiles, "config-dotfiles", false, "a --config directory: also read files and directories named .* (never Kubernetes' ..data entries), as the reference server does without RUNTIME_IGNOREDOTFILES")
+	fs.BoolVar(&o.ConfigLenient, "config-lenient", false, "accept every config the reference server accepts, with its meaning, and log a warning for each thing accepted that way (a field given twice: the last is used; a field where it means nothing: ignored; requests_per_unit beside unlimited: ignored; no requests_per_unit: 0, every request denied; a later document of a file that does not load: skipped); on under the reference's environment")
 	fs.BoolVar(&o.MergeDomainConfig, "merge-domain-config", false, "let several files (or xDS resources) define one domain: their top-level descriptors are merged; one key and value defined twice is an error (the reference's MERGE_DOMAIN_CONFIG)")
 }
 
@@ -49,6 +52,7 @@ func (o loadOptions) descriptorOptions() descriptors.Options {
 		AllFiles:     o.ConfigAllFiles,
 		Dotfiles:     o.ConfigDotfiles,
 		MergeDomains: o.MergeDomainConfig,
+		Lenient:      o.ConfigLenient,
 	}
 }
 
@@ -77,4 +81,12 @@ func (o loadOptions) validateLoad() []error {
 		seen[strings.ToLower(h.name)] = h.flag
 	}
 	return errs
+}
+
+// logWarnings logs, once per load, what --config-lenient accepted as the
+// reference server does: file:line and what was ignored or assumed.
+func logWarnings(log *slog.Logger, cfg *descriptors.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("config accepted as the reference does: " + w.Error())
+	}
 }

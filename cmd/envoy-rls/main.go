@@ -113,12 +113,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // checkConfig loads the config at path and prints every error as
-// file:line: reason. It returns the process exit code.
+// file:line: reason, and with --config-lenient every warning as
+// file:line: warning: reason. It returns the process exit code.
 func checkConfig(path string, lo descriptors.Options, stdout, stderr io.Writer) int {
 	cfg, err := descriptors.LoadWith(path, lo)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	for _, w := range cfg.Warnings() {
+		e := *w
+		e.Reason = "warning: " + e.Reason
+		fmt.Fprintln(stderr, e.Error())
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d domains)\n", path, len(cfg.Domains()))
 	return 0

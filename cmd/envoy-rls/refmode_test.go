@@ -38,7 +38,7 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.reference == nil || o.Config != "" || o.ConfigXDS != "envoy-gateway:18001" || o.XDSNodeID != "envoy-ratelimit" ||
-		!o.XDSTLS || o.XDSTLSCert != "/certs/tls.crt" || o.XDSTLSCA != "/certs/ca.crt" || !o.ForceStart ||
+		!o.XDSTLS || o.XDSTLSCert != "/certs/tls.crt" || o.XDSTLSCA != "/certs/ca.crt" || !o.ForceStart || !o.ConfigLenient ||
 		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
 		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != logLevel(slog.LevelInfo) ||
@@ -125,7 +125,7 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	lo := o.descriptorOptions()
-	if o.Config != "/data/ratelimit/config" || !lo.Recursive || !lo.AllFiles || !lo.Dotfiles || !lo.MergeDomains ||
+	if o.Config != "/data/ratelimit/config" || !lo.Recursive || !lo.AllFiles || !lo.Dotfiles || !lo.MergeDomains || !lo.Lenient ||
 		!o.ForceStart || !o.QuotaMode || o.ResponseHeaders != rls.HeadersLegacy ||
 		o.legacyNames() != (rlheaders.LegacyNames{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset"}) {
 		t.Fatalf("options = %+v", o)
@@ -137,6 +137,18 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 	}
 	if lo := o.descriptorOptions(); lo != (descriptors.Options{}) || o.ForceStart || o.legacyNames() != rlheaders.DefaultLegacyNames {
 		t.Fatalf("native defaults = %+v", o)
+	}
+	// Lenient natively on request, by flag or variable (check-config too).
+	t.Setenv("ENVOY_RLS_CONFIG_LENIENT", "true")
+	if o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !o.descriptorOptions().Lenient {
+		t.Fatalf("ENVOY_RLS_CONFIG_LENIENT: %+v, %v", o, err)
+	}
+	if _, lo, err := parseCheck([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !lo.descriptorOptions().Lenient {
+		t.Fatalf("check-config with ENVOY_RLS_CONFIG_LENIENT: %+v, %v", lo, err)
+	}
+	t.Setenv("ENVOY_RLS_CONFIG_LENIENT", "")
+	if _, lo, err := parseCheck([]string{"--config", "/etc/rls", "--config-lenient"}, io.Discard); err != nil || !lo.descriptorOptions().Lenient {
+		t.Fatalf("check-config --config-lenient: %+v, %v", lo, err)
 	}
 	// Header names must be field names and differ.
 	for _, args := range [][]string{

@@ -110,6 +110,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 			loadErr = err
 			log.Error("config not loaded; serving without one until a valid config is loaded (--force-start-without-initial-config)", "config", o.Config, "errors", err.Error())
 		}
+		logWarnings(log, cfg)
 	}
 	s.reg = prometheus.NewRegistry()
 	s.metrics = registerMetrics(s.reg)
@@ -309,6 +310,7 @@ func (s *server) reload(reason string) {
 	s.svc.SetConfig(next)
 	s.ready.configChanged()
 	s.log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
+	logWarnings(s.log, next)
 }
 
 // run serves until ctx ends, then shuts down gracefully. It returns early

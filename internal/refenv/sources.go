@@ -94,6 +94,9 @@ func (t *translator) runtimeDir() string {
 
 func (t *translator) configSource() {
 	ctype := strings.ToUpper(t.str("CONFIG_TYPE", "FILE"))
+	// Every config the reference accepts loads, with its meaning (and a
+	// warning for what the native format refuses).
+	t.set("config-lenient", "true", "CONFIG_TYPE")
 	if t.boolean("MERGE_DOMAIN_CONFIG", false) {
 		t.set("merge-domain-config", "true", "MERGE_DOMAIN_CONFIG")
 	}

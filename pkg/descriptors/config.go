@@ -12,8 +12,19 @@ import (
 // Config is a loaded, validated configuration: one Domain per domain name.
 // It is read-only and safe for concurrent use.
 type Config struct {
-	domains map[string]*Domain
-	names   []string // sorted
+	domains  map[string]*Domain
+	names    []string // sorted
+	warnings Errors
+}
+
+// Warnings returns what Options.Lenient accepted that is refused by
+// default, one "file:line: what was ignored or assumed" each, by file and
+// line; nil without Options.Lenient. The caller must not modify it.
+func (c *Config) Warnings() []*Error {
+	if c == nil {
+		return nil
+	}
+	return c.warnings
 }
 
 // Domain returns the domain with the given name, or nil when there is none.
@@ -47,6 +58,7 @@ type Domain struct {
 
 	root  level
 	files map[*Node]string // the files of top-level nodes merged in from other files
+	doc   int              // the domain's document in its file, from 1
 }
 
 // Entry is one key/value pair of a request descriptor.

@@ -55,12 +55,17 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]
 		}
 		name := k.Value
 		if !contains(allowed, name) {
-			p.errorf(k.Line, "unknown field %q in %s", name, what)
+			if !p.ignoredField(k, v, what) {
+				p.errorf(k.Line, "unknown field %q in %s", name, what)
+			}
 			continue
 		}
 		if prev, ok := fs[name]; ok {
-			p.errorf(k.Line, "duplicate field %q (first at line %d)", name, prev.key.Line)
-			continue
+			if !p.lenient {
+				p.errorf(k.Line, "duplicate field %q (first at line %d)", name, prev.key.Line)
+				continue
+			}
+			p.warnf(k.Line, "%s given twice (%s): using the last, as the reference does", name, lines(prev.key.Line, k.Line))
 		}
 		if isNull(v) {
 			v = nil

@@ -60,7 +60,7 @@ func (p *parser) limitList(f field, what string) []*RateLimit {
 	var out []*RateLimit
 	for _, item := range f.val.Content {
 		item = resolve(item)
-		l := p.rateLimit(item)
+		l := p.rateLimit(item, false)
 		if l == nil {
 			continue
 		}
@@ -73,14 +73,22 @@ func (p *parser) limitList(f field, what string) []*RateLimit {
 	return out
 }
 
-// rateLimit reads one rate limit. It returns nil when the limit is invalid.
-func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
+// rateLimit reads one rate limit: a descriptor's rate_limit (single), or
+// one of a list (rate_limits or a tier, envoy-rls's extensions). It returns
+// nil when the limit is invalid.
+func (p *parser) rateLimit(n *yaml.Node, single bool) *RateLimit {
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n.Line, "rate limit must be a mapping, got %s", describe(n))
 		return nil
 	}
 	start := len(p.errs)
 	fs := p.fields(n, "rate limit", limitFields)
+	if f := fs["shadow_mode"]; p.lenient && single && f.key != nil {
+		// The reference knows shadow_mode only on descriptors and
+		// ignores it in a rate_limit, where envoy-rls reads its extension.
+		p.warnf(f.key.Line, "shadow_mode in a rate_limit: ignored, as the reference does (the limit is enforced; put shadow_mode on the descriptor to shadow it)")
+		delete(fs, "shadow_mode")
+	}
 	l := &RateLimit{Line: n.Line}
 	l.Name, _ = p.str(fs["name"], "name")
 	l.Shadow = p.boolean(fs["shadow_mode"], "shadow_mode")
@@ -88,7 +96,7 @@ func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
 	l.Unlimited = p.boolean(fs["unlimited"], "unlimited")
 	if l.Unlimited {
 		for _, name := range []string{"unit", "requests_per_unit", "algorithm", "burst", "window"} {
-			if f := fs[name]; f.val != nil {
+			if f := fs[name]; f.val != nil && !p.ignoredBesideUnlimited(f, name) {
 				p.errorf(f.key.Line, "unlimited must not be combined with %s", name)
 			}
 		}
@@ -131,7 +139,11 @@ func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
 	// A requests_per_unit of 0 is accepted, as the reference server does:
 	// such a limit denies every request (a block list entry).
 	if f := fs["requests_per_unit"]; f.val == nil {
-		p.errorf(n.Line, "rate limit needs requests_per_unit")
+		if !p.lenient {
+			p.errorf(n.Line, "rate limit needs requests_per_unit")
+		} else {
+			p.warnf(n.Line, "rate limit without requests_per_unit: read as 0, which denies every request, as the reference does")
+		}
 	} else if v, ok := p.integer(f, "requests_per_unit", 0, math.MaxUint32); ok {
 		l.RequestsPerUnit = uint32(v)
 		l.Limit.Requests = uint64(v)

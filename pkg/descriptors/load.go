@@ -34,6 +34,18 @@ type Options struct {
 	// put together, in file order; a key and value defined by two of them
 	// is an error.
 	MergeDomains bool
+	// Lenient accepts the files the reference server's config checker
+	// accepts, with the reference's meaning, and reports each thing it
+	// accepted that way in Config.Warnings: a field given twice in one
+	// mapping (the last one is used), a field of the format where it
+	// means nothing (ignored), requests_per_unit or an invalid unit beside
+	// unlimited: true (ignored), shadow_mode in a rate_limit (ignored: the
+	// reference knows it only on descriptors), a rate limit without
+	// requests_per_unit (0: every request denied), and a document after
+	// the first of a file that does not load or defines a domain already
+	// defined (skipped; the reference reads only the first document of a
+	// file, envoy-rls all of them).
+	Lenient bool
 }
 
 // Load reads the configuration at path with the zero Options: one YAML file,
@@ -66,6 +78,7 @@ func LoadWith(path string, o Options) (*Config, error) {
 	var (
 		domains []*Domain
 		errs    Errors
+		warns   Errors
 	)
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -73,17 +86,18 @@ func LoadWith(path string, o Options) (*Config, error) {
 			errs = append(errs, &Error{File: f, Reason: "cannot read: " + pathReason(err)})
 			continue
 		}
-		ds, es := parseFile(f, data)
+		ds, es, ws := parseFile(f, data, o.Lenient)
 		errs = append(errs, es...)
+		warns = append(warns, ws...)
 		domains = append(domains, ds...)
 	}
-	return build(domains, errs, o.MergeDomains)
+	return build(domains, errs, warns, o)
 }
 
 // Parse reads one configuration file's contents; file names it in errors.
 func Parse(file string, data []byte) (*Config, error) {
-	ds, errs := parseFile(file, data)
-	return build(ds, errs, false)
+	ds, errs, _ := parseFile(file, data, false)
+	return build(ds, errs, nil, Options{})
 }
 
 // Document is one configuration document and the name its errors carry.
@@ -101,19 +115,21 @@ func ParseDocuments(docs []Document) (*Config, error) {
 }
 
 // ParseDocumentsWith is ParseDocuments where o.MergeDomains lets several
-// documents define one domain (the other options select files and do not
-// apply).
+// documents define one domain and o.Lenient accepts what the reference
+// accepts (the other options select files and do not apply).
 func ParseDocumentsWith(docs []Document, o Options) (*Config, error) {
 	var (
 		domains []*Domain
 		errs    Errors
+		warns   Errors
 	)
 	for _, doc := range docs {
-		ds, es := parseFile(doc.File, doc.Data)
+		ds, es, ws := parseFile(doc.File, doc.Data, o.Lenient)
 		errs = append(errs, es...)
+		warns = append(warns, ws...)
 		domains = append(domains, ds...)
 	}
-	return build(domains, errs, o.MergeDomains)
+	return build(domains, errs, warns, o)
 }
 
 // configFiles lists the configuration files of a directory that o selects,
@@ -170,55 +186,84 @@ func pathReason(err error) string {
 }
 
 // build checks that domain names are unique (or merges their definitions)
-// and assembles the Config.
-func build(domains []*Domain, errs Errors, merge bool) (*Config, error) {
+// and assembles the Config. When o.Lenient, a later document of a file
+// that would make a duplicate domain or a merge conflict is skipped with a
+// warning instead, as the reference does not read it.
+func build(domains []*Domain, errs, warns Errors, o Options) (*Config, error) {
 	c := &Config{domains: make(map[string]*Domain, len(domains))}
 	for _, d := range domains {
 		first, ok := c.domains[d.Name]
+		var es Errors
 		switch {
 		case !ok:
 			c.domains[d.Name] = d
 			c.names = append(c.names, d.Name)
-		case merge:
-			errs = append(errs, first.merge(d)...)
+		case o.MergeDomains:
+			if es = first.conflicts(d); len(es) == 0 {
+				first.merge(d)
+			}
 		default:
-			errs = append(errs, &Error{File: d.File, Line: d.Line,
-				Reason: fmt.Sprintf("duplicate domain %q (also defined at %s:%d)", d.Name, first.File, first.Line)})
+			es = Errors{{File: d.File, Line: d.Line,
+				Reason: fmt.Sprintf("duplicate domain %q (also defined at %s:%d)", d.Name, first.File, first.Line)}}
+		}
+		if o.Lenient && d.doc > 1 {
+			warns = append(warns, skipped(d.doc, es, "it")...)
+		} else {
+			errs = append(errs, es...)
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	sort.Strings(c.names)
+	sort.SliceStable(warns, func(i, j int) bool {
+		if warns[i].File != warns[j].File {
+			return warns[i].File < warns[j].File
+		}
+		return warns[i].Line < warns[j].Line
+	})
+	c.warnings = warns
 	return c, nil
 }
 
-// merge adds the top-level descriptors of another definition of the domain,
-// as the reference server's MERGE_DOMAIN_CONFIG does: a key and value that
-// both define is an error (nested descriptors are not merged).
-func (d *Domain) merge(other *Domain) Errors {
+// conflicts lists the top-level descriptors of another definition of the
+// domain that it defines already (a key and value both define), which
+// MERGE_DOMAIN_CONFIG refuses (nested descriptors are not merged).
+func (d *Domain) conflicts(other *Domain) Errors {
 	var errs Errors
-	if d.root == nil {
-		d.root = level{}
-	}
-	var added []*Node
-	for _, g := range other.root {
-		added = append(added, g.nodes()...)
-	}
-	sort.Slice(added, func(i, j int) bool { return added[i].Line < added[j].Line })
-	for _, n := range added {
+	for _, n := range other.topNodes() {
 		if prev := d.root.find(n.Key, n.Value); prev != nil {
 			errs = append(errs, &Error{File: other.File, Line: n.Line,
 				Reason: fmt.Sprintf("domain %q: descriptor %s is also defined at %s:%d", d.Name, entryName(n.Key, n.Value), d.fileOf(prev), prev.Line)})
-			continue
 		}
+	}
+	return errs
+}
+
+// merge adds the top-level descriptors of another definition of the domain,
+// as the reference server's MERGE_DOMAIN_CONFIG does; the caller checked
+// that they do not conflict.
+func (d *Domain) merge(other *Domain) {
+	if d.root == nil {
+		d.root = level{}
+	}
+	for _, n := range other.topNodes() {
 		d.root.add(n)
 		if d.files == nil {
 			d.files = map[*Node]string{}
 		}
 		d.files[n] = other.File
 	}
-	return errs
+}
+
+// topNodes returns the top-level nodes of the domain in file order.
+func (d *Domain) topNodes() []*Node {
+	var ns []*Node
+	for _, g := range d.root {
+		ns = append(ns, g.nodes()...)
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i].Line < ns[j].Line })
+	return ns
 }
 
 // fileOf returns the file that defined a top-level node.

@@ -122,7 +122,7 @@ func (p *parser) nodeLimits(fs map[string]field, shadow bool) []*RateLimit {
 		var ls []*RateLimit
 		switch name {
 		case "rate_limit":
-			if l := p.rateLimit(f.val); l != nil {
+			if l := p.rateLimit(f.val, true); l != nil {
 				ls = []*RateLimit{l}
 			}
 		case "rate_limits":
@@ -187,18 +187,21 @@ func (p *parser) value(n *yaml.Node, depth int) *structpb.Value {
 	switch n.Kind {
 	case yaml.MappingNode:
 		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(n.Content)/2)}
-		lines := map[string]int{}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := resolve(n.Content[i])
 			if k.Kind != yaml.ScalarNode {
 				p.errorf(k.Line, "metadata keys must be strings, got %s", describe(k))
 				continue
 			}
-			if line, ok := lines[k.Value]; ok {
-				p.errorf(k.Line, "duplicate field %q (first at line %d)", k.Value, line)
-				continue
+			if line, ok := seen[k.Value]; ok {
+				if !p.lenient {
+					p.errorf(k.Line, "duplicate field %q (first at line %d)", k.Value, line)
+					continue
+				}
+				p.warnf(k.Line, "metadata field %s given twice (%s): using the last, as the reference does", k.Value, lines(line, k.Line))
 			}
-			lines[k.Value] = k.Line
+			seen[k.Value] = k.Line
 			s.Fields[k.Value] = p.value(n.Content[i+1], depth+1)
 		}
 		return structpb.NewStructValue(s)

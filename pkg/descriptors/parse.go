@@ -42,17 +42,29 @@ type parser struct {
 	alg    algorithms.Kind         // default_algorithm
 	tiers  map[string][]*RateLimit // by name
 	domain string
+
+	// lenient accepts what the reference server's checker accepts, with
+	// its meaning, and records a warning for each such thing in warns
+	// (see Options.Lenient).
+	lenient bool
+	warns   Errors
 }
 
 // parseFile reads one configuration file: one YAML document, or several
 // separated by ---, one domain each (Envoy Gateway dumps the configs it
 // serves that way). It returns the domains (without those that have no
-// usable domain name) and every error found.
-func parseFile(file string, data []byte) ([]*Domain, Errors) {
+// usable domain name), every error found and, when lenient, the warnings.
+//
+// When lenient, a document after the first that does not load is skipped
+// with its errors as warnings (the reference reads only the first
+// document of a file), and so is the rest of the file after a YAML error
+// in a later document.
+func parseFile(file string, data []byte, lenient bool) ([]*Domain, Errors, Errors) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var (
 		domains []*Domain
 		errs    Errors
+		warns   Errors
 		docs    int
 		budget  = maxAliasNodes // nodes aliases may add, in the whole file
 	)
@@ -62,26 +74,38 @@ func parseFile(file string, data []byte) ([]*Domain, Errors) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		p := &parser{file: file}
+		p := &parser{file: file, lenient: lenient}
 		if err != nil {
 			p.yamlError(data, err)
-			errs = append(errs, p.errs...)
+			if lenient && docs > 0 {
+				warns = append(warns, skipped(docs+1, p.errs, "the rest of the file")...)
+			} else {
+				errs = append(errs, p.errs...)
+			}
 			break
 		}
 		if docs > 0 && isNull(resolve(doc.Content[0])) {
 			continue // an empty document after ---
 		}
 		docs++
-		if d := p.document(&doc, &budget); d != nil {
+		d := p.document(&doc, &budget)
+		if lenient && docs > 1 && len(p.errs) > 0 {
+			warns = append(warns, skipped(docs, p.errs, "it")...)
+			continue
+		}
+		if d != nil {
+			d.doc = docs
 			domains = append(domains, d)
 		}
 		errs = append(errs, p.errs...)
+		warns = append(warns, p.warns...)
 	}
 	if docs == 0 && len(errs) == 0 {
 		errs = append(errs, &Error{File: file, Reason: "config is empty"})
 	}
 	errs.sortByLine()
-	return domains, errs
+	warns.sortByLine()
+	return domains, errs, warns
 }
 
 func (p *parser) errorf(line int, format string, args ...any) {

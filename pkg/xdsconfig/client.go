@@ -92,6 +92,12 @@ type Options struct {
 	// MergeDomains lets several resources define one domain (the
 	// reference's MERGE_DOMAIN_CONFIG; see descriptors.Options).
 	MergeDomains bool
+	// Lenient accepts what the reference server accepts, with its meaning
+	// (see descriptors.Options); each thing accepted that way is logged
+	// as a warning when the config is applied. Resources cannot carry most
+	// of what it concerns (a field twice, a field in the wrong place, a
+	// missing count), so it rarely changes anything over xDS.
+	Lenient bool
 	// Apply receives every valid configuration, in order. It must not
 	// block for long.
 	Apply func(*descriptors.Config)
@@ -257,7 +263,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse) (*discovery.Discovery
 	var cfg *descriptors.Config
 	err := fmt.Errorf("response has type %q, want %q", resp.GetTypeUrl(), TypeURL)
 	if resp.GetTypeUrl() == TypeURL {
-		cfg, err = ConvertWith(resp.GetResources(), descriptors.Options{MergeDomains: c.o.MergeDomains})
+		cfg, err = ConvertWith(resp.GetResources(), descriptors.Options{MergeDomains: c.o.MergeDomains, Lenient: c.o.Lenient})
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -282,6 +288,9 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse) (*discovery.Discovery
 	c.haveConfig.Store(true)
 	c.firstOnce.Do(func() { close(c.firstConfig) })
 	c.o.Logger.Info("xDS config applied", "version", c.version, "domains", len(cfg.Domains()))
+	for _, w := range cfg.Warnings() {
+		c.o.Logger.Warn("config accepted as the reference does: "+w.Error(), "version", c.version)
+	}
 	if c.o.Loaded != nil {
 		c.o.Loaded(nil)
 	}
