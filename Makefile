@@ -63,9 +63,11 @@ conformance:
 	@if [ -z "$(REF_BIN)" ]; then echo "usage: make conformance REF_BIN=/path/to/ratelimit"; exit 2; fi
 	$(GO) run ./test/conformance -ref-bin "$(REF_BIN)"
 
-# Each config file checked alone by the reference's checker and by envoy-rls
-# (REF_CHECK: ratelimit_config_check built from envoyproxy/ratelimit;
-# CONFIGS: more files, e.g. the reference's test/config/*.yaml).
+# Each config file checked alone by the reference's checker and by envoy-rls,
+# natively and with --config-lenient; fails when the reference accepts a file
+# that lenient mode refuses (REF_CHECK: ratelimit_config_check built from
+# envoyproxy/ratelimit; CONFIGS: more files, e.g. the reference's
+# test/config/*.yaml).
 config-compare:
 	@if [ -z "$(REF_CHECK)" ]; then echo "usage: make config-compare REF_CHECK=/path/to/config_check [CONFIGS='more/*.yaml']"; exit 2; fi
 	$(GO) build -o bin/envoy-rls ./cmd/envoy-rls
