@@ -117,3 +117,45 @@ func TestConvertEmpty(t *testing.T) {
 		t.Fatalf("Convert(nil) = %v, %v; want an empty config", c, err)
 	}
 }
+
+// Lenient (the reference's environment) changes nothing a resource can
+// express, except what the reference accepts: every resource
+// TestConvertRefuses refuses is still refused, a valid one loads the same
+// with no warning, and an unlimited limit with a unit that is no unit is
+// accepted with a warning.
+func TestConvertLenient(t *testing.T) {
+	lenient := descriptors.Options{Lenient: true}
+	for _, tc := range []struct {
+		name string
+		res  []*anypb.Any
+	}{
+		{"no unit", anys(t, &rlsconf.RateLimitConfig{Name: "r", Domain: "dom", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 3}}}})},
+		{"unlimited with a unit", anys(t, &rlsconf.RateLimitConfig{Name: "r", Domain: "dom", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true, Unit: rlsconf.RateLimitUnit_SECOND}}}})},
+		{"duplicate domain", anys(t, &rlsconf.RateLimitConfig{Name: "a", Domain: "dom"}, &rlsconf.RateLimitConfig{Name: "b", Domain: "dom"})},
+		{"duplicate descriptor", anys(t, &rlsconf.RateLimitConfig{Domain: "dom", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k"}, {Key: "k"}}})},
+	} {
+		if c, err := xdsconfig.ConvertWith(tc.res, lenient); err == nil {
+			t.Errorf("%s: accepted: %v", tc.name, c.Domains())
+		}
+	}
+	leaf := &rlsconf.RateLimitDescriptor{Key: "remote_address", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 3}}
+	eg := &rlsconf.RateLimitConfig{Name: "gw/http", Domain: "gw/http", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "rule-0-match-0", Value: "rule-0-match-0", Descriptors: []*rlsconf.RateLimitDescriptor{leaf}},
+		{Key: "free", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 7}},
+	}}
+	c, err := xdsconfig.ConvertWith(anys(t, eg), lenient)
+	if err != nil || len(c.Warnings()) != 0 {
+		t.Fatalf("Envoy Gateway's shape: %v, warnings %v", err, c.Warnings())
+	}
+	if p := c.Domain("gw/http").Match([]descriptors.Entry{{Key: "free", Value: "x"}}, nil); len(p) != 1 || !p[0].Limits[0].Unlimited {
+		t.Errorf("unlimited with a count: %v", p)
+	}
+	odd := anys(t, &rlsconf.RateLimitConfig{Name: "r", Domain: "dom", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconf.RateLimitPolicy{Unlimited: true, Unit: 42}}}})
+	if _, err := xdsconfig.Convert(odd); err == nil {
+		t.Error("unlimited with unit 42 accepted natively")
+	}
+	c, err = xdsconfig.ConvertWith(odd, lenient)
+	if err != nil || len(c.Warnings()) != 1 || !strings.Contains(c.Warnings()[0].Error(), `xds:r:5: unit "42" beside unlimited: true is not a unit: ignored`) {
+		t.Fatalf("unlimited with unit 42, lenient: %v, warnings %v", err, c.Warnings())
+	}
+}
