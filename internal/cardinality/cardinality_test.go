@@ -2,8 +2,10 @@ package cardinality
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -82,4 +84,34 @@ func BenchmarkCapOverflow(b *testing.B) {
 			c.Value("other")
 		}
 	})
+}
+
+func TestShortenBoundsLengthAndIsStable(t *testing.T) {
+	if got := Shorten("short", MaxValueBytes); got != "short" {
+		t.Errorf("Shorten(short) = %q", got)
+	}
+	exact := strings.Repeat("x", MaxValueBytes)
+	if got := Shorten(exact, MaxValueBytes); got != exact {
+		t.Errorf("a value of exactly MaxValueBytes changed: %q", got)
+	}
+	long := strings.Repeat("a", 4000)
+	a, b := Shorten(long+"1", MaxValueBytes), Shorten(long+"2", MaxValueBytes)
+	if len(a) > MaxValueBytes || len(b) > MaxValueBytes {
+		t.Errorf("lengths %d, %d, want at most %d", len(a), len(b), MaxValueBytes)
+	}
+	if a == b {
+		t.Errorf("values differing past the prefix map to one label %q", a)
+	}
+	if again := Shorten(long+"1", MaxValueBytes); again != a {
+		t.Errorf("not stable: %q then %q", a, again)
+	}
+	if !strings.HasPrefix(a, long[:MaxValueBytes-17]+"~") {
+		t.Errorf("%q does not keep the prefix", a)
+	}
+	// A multi-byte rune across the cut is dropped whole, never split.
+	uni := strings.Repeat("é", 100) // 200 bytes
+	s := Shorten(uni, 64)
+	if !utf8.ValidString(s) || len(s) > 64 {
+		t.Errorf("Shorten(é x 100, 64) = %q (%d bytes), want valid UTF-8 within 64", s, len(s))
+	}
 }

@@ -133,11 +133,11 @@ func RegisterBuildInfo(reg prometheus.Registerer, version string) {
 type ruleCounters struct{ hits, within, over, near, shadow prometheus.Counter }
 
 // counters returns the series of rule label in domain, creating them (at 0)
-// when new. detailed labels hold request values and go through the series
-// cap first.
+// when new. detailed labels hold request values: they are shortened to
+// cardinality.MaxValueBytes and go through the series cap first.
 func (m *Metrics) counters(domain, label string, detailed bool) *ruleCounters {
 	if detailed {
-		label = m.ruleCap.Value(domain + "\x00" + label)
+		label = m.ruleCap.Value(domain + "\x00" + cardinality.Shorten(label, cardinality.MaxValueBytes))
 		if label != cardinality.Overflow {
 			label = label[len(domain)+len("\x00"):]
 		}
@@ -234,7 +234,7 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 	if p.node != nil && key != p.node.StatsKey(nil) {
 		// The stats key holds request values (detailed_metric,
 		// value_to_metric): bounded as the rule labels are.
-		key = m.decisionCap.Value(key)
+		key = m.decisionCap.Value(cardinality.Shorten(key, cardinality.MaxValueBytes))
 	}
 	m.decisions.WithLabelValues(domain, key, result).Inc()
 }

@@ -97,16 +97,22 @@ func (r *referenceMetrics) newSeries(l [3]string) *refSeries {
 }
 
 // seriesOf returns the counters of a stats key, made once per key. Keys past
-// MaxReferenceKeys share their domain's overflow series.
+// MaxReferenceKeys share their domain's overflow series. Request values
+// enter stats keys, so the key is held, and each label exported, shortened
+// to cardinality.MaxValueBytes.
 func (r *referenceMetrics) seriesOf(statsKey string) *refSeries {
-	if v, ok := r.labels.Load(statsKey); ok {
+	key := cardinality.Shorten(statsKey, cardinality.MaxValueBytes)
+	if v, ok := r.labels.Load(key); ok {
 		return v.(*refSeries)
 	}
 	l := referenceLabels(statsKey)
-	if r.keys.Value(statsKey) == cardinality.Overflow {
+	for i := range l {
+		l[i] = cardinality.Shorten(l[i], cardinality.MaxValueBytes)
+	}
+	if r.keys.Value(key) == cardinality.Overflow {
 		return r.newSeries([3]string{l[0], cardinality.Overflow, ""})
 	}
-	v, _ := r.labels.LoadOrStore(statsKey, r.newSeries(l))
+	v, _ := r.labels.LoadOrStore(strings.Clone(key), r.newSeries(l))
 	return v.(*refSeries)
 }
 
