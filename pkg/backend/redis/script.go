@@ -43,7 +43,8 @@ import (
 //   - now, float64: the instant in µs since the Unix epoch, or -1 for the
 //     script to read Redis's TIME (once per call; production: instances
 //     with skewed clocks agree). A given instant is for tests on a timeline
-//     (newStore's clock); keys written by such a call get no TTL.
+//     (newStore's clock); keys written by such a call get their TTLs an
+//     hour longer (testTTLSlack), so that none expires during a test.
 //   - n, int32: the number of items, positive for backend.WholeRequest,
 //     negative (-n) for backend.PartOfRequest (the part of a request in one
 //     slot).
@@ -129,6 +130,10 @@ const (
 	bitAccount   = 2
 	stateMagic   = 240 // the first byte of a state is stateMagic + its algorithm
 )
+
+// testTTLSlack is added to the TTLs of keys written with a given now (a
+// test's clock; the script's TEST_TTL_SLACK_MS).
+const testTTLSlack = time.Hour
 
 // The values of one item in the reply, after its request's verdict.
 const (

@@ -44,13 +44,14 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 		algorithms.GCRA:                 "GCRA",
 	}
 	want := map[string]string{
-		"NEVER":         "-1",
-		"NEVER_US":      strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
-		"REQUEST_BYTES": strconv.Itoa(requestBytes),
-		"ITEM_BYTES":    strconv.Itoa(itemBytes),
-		"BIT_OVER":      strconv.Itoa(bitOver),
-		"BIT_ACCOUNT":   strconv.Itoa(bitAccount),
-		"MAGIC":         strconv.Itoa(stateMagic),
+		"NEVER":             "-1",
+		"NEVER_US":          strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
+		"REQUEST_BYTES":     strconv.Itoa(requestBytes),
+		"ITEM_BYTES":        strconv.Itoa(itemBytes),
+		"BIT_OVER":          strconv.Itoa(bitOver),
+		"BIT_ACCOUNT":       strconv.Itoa(bitAccount),
+		"MAGIC":             strconv.Itoa(stateMagic),
+		"TEST_TTL_SLACK_MS": strconv.FormatInt(testTTLSlack.Milliseconds(), 10),
 	}
 	for _, k := range algorithms.Kinds() {
 		name, ok := luaName[k]

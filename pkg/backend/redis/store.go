@@ -108,8 +108,11 @@ func New(opts Options) (*Store, error) { return newStore(opts, nil) }
 // the script takes now from Redis's own TIME, so instances with skewed
 // clocks agree. When set, Apply reads it once and passes now to the script,
 // so a test can drive Redis along a timeline (see export_test.go); the deny
-// cache then reads it too. State keys then get no TTL, since test time does
-// not pass with real time (fresh states are still deleted).
+// cache then reads it too. State keys then get their TTLs from the same
+// code, an hour longer (the script's TEST_TTL_SLACK_MS): a TTL counts real
+// time, and a test's clock may stand still while real milliseconds pass,
+// so exact TTLs would expire states the test still counts on (a model
+// comparison with 1 ms windows fails within a few hundred steps).
 func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", opts.KeyPrefix)
