@@ -65,7 +65,7 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]
 				p.errorf(k.Line, "duplicate field %q (first at line %d)", name, prev.key.Line)
 				continue
 			}
-			p.warnf(k.Line, "%s given twice (%s): using the last, as the reference does", name, lines(prev.key.Line, k.Line))
+			v = p.repeated(name, prev, k, v)
 		}
 		if isNull(v) {
 			v = nil

@@ -135,3 +135,21 @@ func (p *parser) ignoredBesideUnlimited(f field, name string) bool {
 	}
 	return false
 }
+
+// repeated is lenient's answer for a field given twice in one mapping: the
+// value the reference reads. That is the last one, except for rate_limit
+// and metadata given as two mappings: the reference (yaml.v2) decodes the
+// second into what the first filled, so their fields are merged, the last
+// value of each winning; the merged mapping is returned for the caller to
+// read (with its own warnings for the fields both give).
+func (p *parser) repeated(name string, prev field, k, v *yaml.Node) *yaml.Node {
+	if (name == "rate_limit" || name == "metadata") && prev.val != nil &&
+		prev.val.Kind == yaml.MappingNode && v.Kind == yaml.MappingNode {
+		p.warnf(k.Line, "%s given twice (%s): the two are merged, the last value of each field winning, as the reference does", name, lines(prev.key.Line, k.Line))
+		merged := *prev.val
+		merged.Content = append(append([]*yaml.Node{}, prev.val.Content...), v.Content...)
+		return &merged
+	}
+	p.warnf(k.Line, "%s given twice (%s): using the last, as the reference does", name, lines(prev.key.Line, k.Line))
+	return v
+}

@@ -38,6 +38,29 @@ var lenientCases = []lenientCase{{
 		}
 	},
 }, {
+	name:   "rate_limit twice",
+	file:   "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    rate_limit: {unit: hour}\n",
+	strict: []string{`5: duplicate field "rate_limit" (first at line 4)`},
+	warns: []string{
+		"5: rate_limit given twice (lines 4 and 5): the two are merged, the last value of each field winning, as the reference does",
+		"5: unit given twice (lines 4 and 5): using the last, as the reference does",
+	},
+	check: func(t *testing.T, c *Config) {
+		if l := limitOf(t, c, "a", "k=v"); l.Unit != "HOUR" || l.RequestsPerUnit != 5 {
+			t.Errorf("limit %s %d, want HOUR 5 (yaml.v2 decodes the second mapping into the first)", l.Unit, l.RequestsPerUnit)
+		}
+	},
+}, {
+	name:   "rate_limit twice, the last null",
+	file:   "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    rate_limit: ~\n",
+	strict: []string{`5: duplicate field "rate_limit" (first at line 4)`},
+	warns:  []string{"5: rate_limit given twice (lines 4 and 5): using the last, as the reference does"},
+	check: func(t *testing.T, c *Config) {
+		if path := mustDomain(t, c, "a").Match(entries("k=v"), nil); len(path) != 1 || len(path[0].Limits) != 0 {
+			t.Errorf("path %s, want k without a limit", describePath(path))
+		}
+	},
+}, {
 	name:   "domain twice",
 	file:   "domain: a\ndomain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
 	strict: []string{`2: duplicate field "domain" (first at line 1)`},
@@ -128,6 +151,20 @@ var lenientCases = []lenientCase{{
 	warns:  []string{"6: invalid YAML: did not find expected ',' or ']'; document 2 of the file does not load, so the rest of the file is skipped (the reference reads only the first document of a file)"},
 	check: func(t *testing.T, c *Config) {
 		mustDomain(t, c, "a")
+	},
+}, {
+	name:   "metadata twice",
+	file:   "domain: a\ndescriptors:\n  - key: k\n    metadata: {team: x, tier: 1}\n    metadata: {team: y}\n",
+	strict: []string{`5: duplicate field "metadata" (first at line 4)`},
+	warns: []string{
+		"5: metadata given twice (lines 4 and 5): the two are merged, the last value of each field winning, as the reference does",
+		"5: metadata field team given twice (lines 4 and 5): using the last, as the reference does",
+	},
+	check: func(t *testing.T, c *Config) {
+		path := mustDomain(t, c, "a").Match(entries("k=v"), nil)
+		if f := path[0].Metadata.GetFields(); f["team"].GetStringValue() != "y" || f["tier"].GetNumberValue() != 1 {
+			t.Errorf("metadata %v, want team y and tier 1", path[0].Metadata)
+		}
 	},
 }, {
 	name:   "metadata field twice",
