@@ -12,6 +12,7 @@ import (
 // as it does for the reference server.
 type field struct {
 	key, val *yaml.Node
+	from     int // the line of the << that gave it, 0 when written in the mapping
 }
 
 // resolve follows an alias to the node it names.
@@ -47,8 +48,8 @@ func describe(n *yaml.Node) string {
 // in allowed and fields given twice.
 func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]field {
 	fs := make(map[string]field, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+	for _, q := range p.pairs(n) {
+		k, v := q.k, q.v
 		if k.Kind != yaml.ScalarNode {
 			p.errorf(k.Line, "field names must be strings, got %s", describe(k))
 			continue
@@ -61,16 +62,25 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string) map[string]
 			continue
 		}
 		if prev, ok := fs[name]; ok {
-			if !p.lenient {
+			switch {
+			case q.from != 0 || prev.from != 0: // a << is involved
+				if !p.mergeOverride(name, prev.key.Line, prev.from, q) {
+					continue
+				}
+				if v = p.overridden(name, prev, k, v); v == nil {
+					continue
+				}
+			case !p.lenient:
 				p.errorf(k.Line, "duplicate field %q (first at line %d)", name, prev.key.Line)
 				continue
+			default:
+				v = p.repeated(name, prev, k, v)
 			}
-			v = p.repeated(name, prev, k, v)
 		}
 		if isNull(v) {
 			v = nil
 		}
-		fs[name] = field{key: k, val: v}
+		fs[name] = field{key: k, val: v, from: q.from}
 	}
 	return fs
 }

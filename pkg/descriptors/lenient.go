@@ -51,15 +51,14 @@ func (p *parser) refCheck(n *yaml.Node) {
 	n = resolve(n)
 	switch n.Kind {
 	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := resolve(n.Content[i])
-			switch {
+		for _, q := range p.pairs(n) {
+			switch k := q.k; {
 			case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
 				p.errorf(k.Line, "field names must be strings, got %s", describe(k))
 			case !contains(refFields, k.Value):
 				p.errorf(k.Line, "unknown field %q (in a value the reference ignores, which it still checks)", k.Value)
 			case k.Value != "metadata":
-				p.refCheck(n.Content[i+1])
+				p.refCheck(q.v)
 			}
 		}
 	case yaml.SequenceNode:
@@ -136,20 +135,62 @@ func (p *parser) ignoredBesideUnlimited(f field, name string) bool {
 	return false
 }
 
-// repeated is lenient's answer for a field given twice in one mapping: the
-// value the reference reads. That is the last one, except for rate_limit
-// and metadata given as two mappings: the reference (yaml.v2) decodes the
-// second into what the first filled, so their fields are merged, the last
-// value of each winning; the merged mapping is returned for the caller to
-// read (with its own warnings for the fields both give).
+// repeated returns the value the reference reads for a field given twice
+// in one mapping, with a warning: the last one, except for rate_limit and
+// metadata given as two mappings, which are merged (see deepMerge).
 func (p *parser) repeated(name string, prev field, k, v *yaml.Node) *yaml.Node {
-	if (name == "rate_limit" || name == "metadata") && prev.val != nil &&
-		prev.val.Kind == yaml.MappingNode && v.Kind == yaml.MappingNode {
+	if deepMerged(name, prev.val, v) {
 		p.warnf(k.Line, "%s given twice (%s): the two are merged, the last value of each field winning, as the reference does", name, lines(prev.key.Line, k.Line))
-		merged := *prev.val
-		merged.Content = append(append([]*yaml.Node{}, prev.val.Content...), v.Content...)
-		return &merged
+		return mergeNode(k.Line, prev.val, v)
 	}
 	p.warnf(k.Line, "%s given twice (%s): using the last, as the reference does", name, lines(prev.key.Line, k.Line))
 	return v
+}
+
+// overridden returns the value of a field that overrides the one a <<
+// gave (or that a << overrides), or nil after an error. YAML replaces the
+// earlier value; the reference (yaml.v2) does too, except for rate_limit
+// and metadata mappings, which it merges (see deepMerge). Where the two
+// differ (the earlier mapping has a field the later one lacks) it is an
+// error by default and the reference's merge, with a warning, when
+// lenient.
+func (p *parser) overridden(name string, prev field, k, v *yaml.Node) *yaml.Node {
+	if !deepMerged(name, prev.val, v) {
+		return v
+	}
+	have := map[string]bool{}
+	for _, q := range p.pairs(v) {
+		have[q.k.Value] = true
+	}
+	for _, q := range p.pairs(prev.val) {
+		if have[q.k.Value] {
+			continue
+		}
+		if !p.lenient {
+			p.errorf(k.Line, "%s overrides the one of line %d, which has %s: YAML drops it, the reference server merges the two mappings (give every field in one)", name, prev.key.Line, q.k.Value)
+			return nil
+		}
+		p.warnf(k.Line, "%s overrides the one of line %d, which has %s: the two are merged, the last value of each field winning, as the reference does", name, prev.key.Line, q.k.Value)
+		return mergeNode(k.Line, prev.val, v)
+	}
+	return v
+}
+
+// deepMerged reports the fields that the reference (yaml.v2) merges when
+// they are given twice as mappings: it decodes the second into what the
+// first filled (a pointer to a struct, a map), so each field of the first
+// stays unless the second gives it.
+func deepMerged(name string, prev, cur *yaml.Node) bool {
+	return (name == "rate_limit" || name == "metadata") && prev != nil &&
+		prev.Kind == yaml.MappingNode && cur.Kind == yaml.MappingNode
+}
+
+// mergeNode is the mapping {<<: a, <<: b}: the fields of a, then those of
+// b, the last of each winning.
+func mergeNode(line int, a, b *yaml.Node) *yaml.Node {
+	key := func() *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!merge", Value: "<<", Line: line}
+	}
+	return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: a.Line, Column: a.Column,
+		Content: []*yaml.Node{key(), a, key(), b}}
 }

@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,6 @@ var lenientCases = []lenientCase{{
 	strict: []string{`5: duplicate field "rate_limit" (first at line 4)`},
 	warns: []string{
 		"5: rate_limit given twice (lines 4 and 5): the two are merged, the last value of each field winning, as the reference does",
-		"5: unit given twice (lines 4 and 5): using the last, as the reference does",
 	},
 	check: func(t *testing.T, c *Config) {
 		if l := limitOf(t, c, "a", "k=v"); l.Unit != "HOUR" || l.RequestsPerUnit != 5 {
@@ -158,7 +158,6 @@ var lenientCases = []lenientCase{{
 	strict: []string{`5: duplicate field "metadata" (first at line 4)`},
 	warns: []string{
 		"5: metadata given twice (lines 4 and 5): the two are merged, the last value of each field winning, as the reference does",
-		"5: metadata field team given twice (lines 4 and 5): using the last, as the reference does",
 	},
 	check: func(t *testing.T, c *Config) {
 		path := mustDomain(t, c, "a").Match(entries("k=v"), nil)
@@ -293,5 +292,76 @@ func TestStrictHasNoWarnings(t *testing.T) {
 	c := mustParse(t, domainDoc("a", "k"))
 	if c.Warnings() != nil {
 		t.Errorf("warnings %v", Errors(c.Warnings()))
+	}
+}
+
+// TestMergeKeys: YAML merge keys (<<), which the reference (yaml.v2)
+// reads, in both modes: a key written after the << overrides the merged
+// one, the first mapping of a list wins, metadata and whole descriptors
+// merge too. A key written before the << that also gives it is read as
+// the reference reads it (the merged value) only when lenient.
+func TestMergeKeys(t *testing.T) {
+	file := "domain: a\ndescriptors:\n  - &d\n    key: k\n    metadata: &m {team: x, tier: 1}\n    rate_limit: &rl {unit: minute, requests_per_unit: 5}\n" +
+		"  - key: j\n    rate_limit:\n      <<: *rl\n      unit: hour\n" +
+		"  - key: l\n    rate_limit:\n      <<: [{unit: day}, *rl]\n" +
+		"  - <<: *d\n    value: v\n    metadata: {<<: *m, team: y}\n"
+	for _, lenient := range []bool{false, true} {
+		path := filepath.Join(writeTree(t, map[string]string{"x.yaml": file}), "x.yaml")
+		c, err := LoadWith(path, Options{Lenient: lenient})
+		if err != nil {
+			t.Fatalf("lenient=%v: %v", lenient, err)
+		}
+		if len(c.Warnings()) != 0 {
+			t.Errorf("lenient=%v: warnings %v", lenient, Errors(c.Warnings()))
+		}
+		for kv, want := range map[string]string{"k=x": "MINUTE 5", "j=x": "HOUR 5", "l=x": "DAY 5", "k=v": "MINUTE 5"} {
+			if l := limitOf(t, c, "a", kv); l.Unit+" "+strconv.Itoa(int(l.RequestsPerUnit)) != want {
+				t.Errorf("lenient=%v: %s: %s %d, want %s", lenient, kv, l.Unit, l.RequestsPerUnit, want)
+			}
+		}
+		path2 := mustDomain(t, c, "a").Match(entries("k=v"), nil)
+		if f := path2[0].Metadata.GetFields(); f["team"].GetStringValue() != "y" || f["tier"].GetNumberValue() != 1 {
+			t.Errorf("lenient=%v: merged metadata %v", lenient, path2[0].Metadata)
+		}
+	}
+
+	before := "domain: a\ndescriptors:\n  - key: k\n    rate_limit: &rl {unit: minute, requests_per_unit: 5}\n" +
+		"  - key: j\n    rate_limit:\n      unit: hour\n      <<: *rl\n"
+	path := filepath.Join(writeTree(t, map[string]string{"x.yaml": before}), "x.yaml")
+	if _, err := LoadWith(path, Options{}); err == nil || err.Error() != path+":7: unit is written before the << of line 8 that also gives it: YAML takes this one, the reference server the merged one (put << first)" {
+		t.Errorf("strict, a key before <<: %v", err)
+	}
+	c, err := LoadWith(path, Options{Lenient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Errors(c.Warnings()).Error(); got != path+":7: unit is written before the << of line 8 that also gives it: using the merged value, as the reference does" {
+		t.Errorf("lenient warnings %s", got)
+	}
+	if l := limitOf(t, c, "a", "j=x"); l.Unit != "MINUTE" {
+		t.Errorf("lenient, a key before <<: %s, want the merged MINUTE", l.Unit)
+	}
+
+	// A rate_limit overriding the one a << gives: YAML replaces it, the
+	// reference merges the two.
+	over := "domain: a\ndescriptors:\n  - &d\n    key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n" +
+		"  - <<: *d\n    value: v\n    rate_limit: {unit: hour}\n"
+	path = filepath.Join(writeTree(t, map[string]string{"x.yaml": over}), "x.yaml")
+	if _, err := LoadWith(path, Options{}); err == nil || err.Error() != path+":8: rate_limit overrides the one of line 5, which has requests_per_unit: YAML drops it, the reference server merges the two mappings (give every field in one)" {
+		t.Errorf("strict, rate_limit over a merged one: %v", err)
+	}
+	if c, err = LoadWith(path, Options{Lenient: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := Errors(c.Warnings()).Error(); got != path+":8: rate_limit overrides the one of line 5, which has requests_per_unit: the two are merged, the last value of each field winning, as the reference does" {
+		t.Errorf("lenient warnings %s", got)
+	}
+	if l := limitOf(t, c, "a", "k=v"); l.Unit != "HOUR" || l.RequestsPerUnit != 5 {
+		t.Errorf("lenient, rate_limit over a merged one: %s %d, want HOUR 5", l.Unit, l.RequestsPerUnit)
+	}
+
+	bad := filepath.Join(writeTree(t, map[string]string{"x.yaml": "domain: a\n<<: 5\n"}), "x.yaml")
+	if _, err := LoadWith(bad, Options{Lenient: true}); err == nil || err.Error() != bad+`:2: << must name a mapping or a list of mappings, got "5"` {
+		t.Errorf("<< of a scalar: %v", err)
 	}
 }

@@ -187,22 +187,28 @@ func (p *parser) value(n *yaml.Node, depth int) *structpb.Value {
 	switch n.Kind {
 	case yaml.MappingNode:
 		s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(n.Content)/2)}
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := resolve(n.Content[i])
+		seen := map[string]pair{}
+		for _, q := range p.pairs(n) {
+			k := q.k
 			if k.Kind != yaml.ScalarNode {
 				p.errorf(k.Line, "metadata keys must be strings, got %s", describe(k))
 				continue
 			}
-			if line, ok := seen[k.Value]; ok {
-				if !p.lenient {
-					p.errorf(k.Line, "duplicate field %q (first at line %d)", k.Value, line)
+			if prev, ok := seen[k.Value]; ok {
+				switch {
+				case q.from != 0 || prev.from != 0: // a << is involved
+					if !p.mergeOverride(k.Value, prev.k.Line, prev.from, q) {
+						continue
+					}
+				case !p.lenient:
+					p.errorf(k.Line, "duplicate field %q (first at line %d)", k.Value, prev.k.Line)
 					continue
+				default:
+					p.warnf(k.Line, "metadata field %s given twice (%s): using the last, as the reference does", k.Value, lines(prev.k.Line, k.Line))
 				}
-				p.warnf(k.Line, "metadata field %s given twice (%s): using the last, as the reference does", k.Value, lines(line, k.Line))
 			}
-			seen[k.Value] = k.Line
-			s.Fields[k.Value] = p.value(n.Content[i+1], depth+1)
+			seen[k.Value] = q
+			s.Fields[k.Value] = p.value(q.v, depth+1)
 		}
 		return structpb.NewStructValue(s)
 	case yaml.SequenceNode:
