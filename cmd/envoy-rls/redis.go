@@ -40,6 +40,13 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 		LocalDenyCache:   o.LocalDenyCache,
 		TLS:              tlsConf,
 	}
+	// At shutdown, the hits allowed while Redis was away are written back
+	// for up to --shutdown-grace (a second period, after the calls in
+	// flight drained); none with a grace of 0.
+	ro.CloseWriteBack = o.ShutdownGrace
+	if ro.CloseWriteBack <= 0 {
+		ro.CloseWriteBack = -1
+	}
 	// The failure mode decides what a call does when Redis cannot answer
 	// in time: decide on an embedded store (local), or answer OK (allow);
 	// either way the hits allowed are written back to Redis later.
@@ -88,6 +95,13 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(r.Stats())) })
 	}
+	dropped := func(reason string, f func(redis.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "envoy_rls_redis_write_back_dropped_total",
+			Help:        "Hits allowed without Redis that were not written back: the write-back buffer was full (reason buffer_full), or Redis did not take them within --shutdown-grace after shutdown (reason shutdown).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(f(r.Stats())) })
+	}
 	reg.MustRegister(
 		stat("envoy_rls_redis_not_sent_total", "Calls not sent because their deadline had passed or was nearer than a round trip (nothing charged).", func(s redis.Stats) uint64 { return s.NotSent }),
 		stat("envoy_rls_redis_oom_errors_total", "Script calls refused by Redis at maxmemory (OOM), also counted as errors.", func(s redis.Stats) uint64 { return s.OOM }),
@@ -96,7 +110,8 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 		stat("envoy_rls_redis_write_back_over_limit_total", "Written-back hits in write-backs that did not fit whole in their limit: charged anyway, past the limit or as bucket debt (a full sliding window log keeps no more than its limit).", func(s redis.Stats) uint64 { return s.WriteBackOverLimit }),
 		stat("envoy_rls_redis_write_back_retried_total", "Written-back hits sent again after a failure that may have let the first send run (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackRetried }),
 		stat("envoy_rls_redis_write_back_unsure_total", "Hits written back of calls whose pipeline failed in a way that may have let Redis run it (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackUnsure }),
-		stat("envoy_rls_redis_write_back_dropped_total", "Hits not written back because the write-back buffer was full.", func(s redis.Stats) uint64 { return s.WriteBackDropped }),
+		dropped("buffer_full", func(s redis.Stats) uint64 { return s.WriteBackDropped }),
+		dropped("shutdown", func(s redis.Stats) uint64 { return s.WriteBackDroppedAtClose }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis."},
 			func() float64 { return float64(r.Stats().WriteBackPending) }),
 	)

@@ -284,7 +284,11 @@ func (s *server) close() {
 		s.stopReady = nil
 	}
 	if s.store != nil {
-		s.store.Close()
+		// A Redis store writes back the hits allowed while Redis was away,
+		// for up to --shutdown-grace; the error names what it could not.
+		if err := s.store.Close(); err != nil {
+			s.log.Warn("closing the backend", "error", err)
+		}
 		s.store = nil
 	}
 	signal.Stop(s.hup)

@@ -205,6 +205,7 @@ func (r *Store) collect() {
 		select {
 		case r.sem <- struct{}{}:
 		case <-r.stop:
+			r.unsent([]*call{first})
 			return
 		}
 		batch := []*call{first}
@@ -225,6 +226,7 @@ func (r *Store) collect() {
 					break wait
 				case <-r.stop:
 					<-r.sem
+					r.unsent(batch)
 					return
 				}
 			}
@@ -244,6 +246,7 @@ func (r *Store) collect() {
 		case r.work <- batch:
 		case <-r.stop:
 			<-r.sem
+			r.unsent(batch)
 			return
 		}
 	}

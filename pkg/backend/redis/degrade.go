@@ -46,6 +46,10 @@ func (r *Store) initDegraded(opts Options) error {
 		max = DefaultWriteBackKeys
 	}
 	r.wb = &writeBack{max: max, keys: map[string]*backend.Item{}}
+	r.closeWriteBack = opts.CloseWriteBack
+	if r.closeWriteBack == 0 {
+		r.closeWriteBack = DefaultCloseWriteBack
+	}
 	return nil
 }
 
@@ -63,6 +67,15 @@ func (r *Store) initDegraded(opts Options) error {
 //     hits of every item are written back the same way.
 //   - Otherwise the error is returned (the caller answers UNAVAILABLE or
 //     fails open uncounted).
+//
+// The same holds when ctx was done before the call was sent (it charged
+// nothing then), whether its deadline passed or it was cancelled. A
+// deadline means the caller's budget is spent while the caller still waits
+// for the failure mode's answer. A cancellation means the caller left and
+// no answer reaches anyone; its allowed hits are counted all the same, on
+// the side of denying: Envoy resets its call when its own timeout fires and
+// then, with failure_mode_deny false, lets the request through, so a
+// departed client cannot be told from a request that passed.
 //
 // A request answered by the failure policy or denied by the fallback may
 // still be charged by Redis, when it was sent before its caller left and
@@ -169,6 +182,8 @@ type writeBack struct {
 	// have let the first send run, and unsure those of calls whose
 	// pipeline failed that way (so either may be counted twice).
 	written, overLimit, dropped, retried, unsure atomic.Uint64
+	// droppedAtClose counts the hits still waiting when Close gave up.
+	droppedAtClose atomic.Uint64
 }
 
 func (w *writeBack) add(it backend.Item) {
@@ -213,12 +228,23 @@ func (r *Store) flushLoop() {
 	defer r.wg.Done()
 	t := time.NewTicker(WriteBackInterval)
 	defer t.Stop()
+	// ctx ends when the store closes: a PING or a wait for a pipeline slot
+	// stops then (Close writes back what is left, see drain).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-t.C:
-			for r.flush() {
+			for r.flush(ctx, context.Background()) {
 			}
 		}
 	}
@@ -238,15 +264,19 @@ func (r *Store) flushLoop() {
 // connection reset), their hits are counted in WriteBackRetried, as they
 // may be charged twice (the error is on the side of denying). It reports
 // whether it sent a full pipeline and more may wait.
-func (r *Store) flush() bool {
-	if r.wb.pending() == 0 || !r.answers() {
+//
+// ctx bounds the PING and the wait for a pipeline slot; sendCtx the
+// pipeline itself (the flush loop's pipeline is bounded by the client's
+// timeouts alone, like every pipeline: see run).
+func (r *Store) flush(ctx, sendCtx context.Context) bool {
+	if r.wb.pending() == 0 || !r.answers(ctx) {
 		return false
 	}
 	// A pipeline slot like any other, so the connections stay within the
 	// pipelines in flight.
 	select {
 	case r.sem <- struct{}{}:
-	case <-r.stop:
+	case <-ctx.Done():
 		return false
 	}
 	defer func() { <-r.sem }()
@@ -258,7 +288,7 @@ func (r *Store) flush() bool {
 	for i := range items {
 		calls[i] = r.newCall(context.Background(), items[i:i+1])
 	}
-	r.send(context.Background(), calls)
+	r.send(sendCtx, calls)
 	out := make([]algorithms.Decision, 1)
 	failed := false
 	for i, c := range calls {
@@ -282,18 +312,9 @@ func (r *Store) flush() bool {
 }
 
 // answers reports whether Redis answers a PING (within the client's read
-// timeout, or until the store closes): on a Cluster, every master, as a
-// write-back may be for any of them.
-func (r *Store) answers() bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-r.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+// timeout, or until ctx ends): on a Cluster, every master, as a write-back
+// may be for any of them.
+func (r *Store) answers(ctx context.Context) bool {
 	if cc, ok := r.client.(*goredis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() }) == nil
 	}

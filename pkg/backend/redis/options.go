@@ -115,6 +115,12 @@ type Options struct {
 	// WriteBackKeys bounds the keys whose hits wait to be written back;
 	// zero selects DefaultWriteBackKeys.
 	WriteBackKeys int
+	// CloseWriteBack bounds how long Close keeps writing back the hits
+	// still waiting (Redis may be away when the store closes); zero selects
+	// DefaultCloseWriteBack, a negative value drops them at once. Hits not
+	// written back by then are counted (Stats.WriteBackDroppedAtClose) and
+	// named in Close's error.
+	CloseWriteBack time.Duration
 
 	// OnServerLimits, when set, is called with a server's maxmemory and
 	// maxmemory-policy when a connection to it is made and they differ from

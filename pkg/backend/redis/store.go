@@ -51,9 +51,10 @@ import (
 //
 // Failures: New does not connect; go-redis connects lazily and
 // reconnects by itself, so a Redis that is down at start-up or restarts
-// later only makes the calls in between fail. Apply returns ctx's error as
-// soon as ctx is done, whatever Redis does. Failure policy (allow or deny)
-// is the caller's.
+// later only makes the calls in between fail. Apply returns as soon as ctx
+// is done, whatever Redis does, and the degraded mode (Options.Fallback,
+// Options.CountFailedOpen) decides then, even when ctx was done before the
+// call: see Store.degrade.
 type Store struct {
 	client  goredis.UniversalClient
 	cluster bool
@@ -85,6 +86,7 @@ type Store struct {
 	share           float64
 	countFailedOpen bool
 	wb              *writeBack
+	closeWriteBack  time.Duration
 	localDecisions  atomic.Uint64
 	lateCharged     atomic.Uint64
 
@@ -231,7 +233,10 @@ type Stats struct {
 	// a way that may have let it run (a timeout, a lost connection), and
 	// WriteBackUnsure the hits written back of calls whose own pipeline
 	// failed that way (Redis may have run them when it resumed).
+	// WriteBackDroppedAtClose counts the hits still waiting when Close
+	// gave up writing them back (Options.CloseWriteBack).
 	WriteBackHits, WriteBackOverLimit, WriteBackDropped uint64
+	WriteBackDroppedAtClose                             uint64
 	WriteBackRetried, WriteBackUnsure                   uint64
 	WriteBackPending                                    int
 }
@@ -249,38 +254,47 @@ func (r *Store) Stats() Stats {
 		NotSent:       r.notSent.Load(),
 		OOM:           r.oom.Load(),
 
-		LocalFallbacks:     r.localDecisions.Load(),
-		LateCharged:        r.lateCharged.Load(),
-		WriteBackHits:      r.wb.written.Load(),
-		WriteBackOverLimit: r.wb.overLimit.Load(),
-		WriteBackDropped:   r.wb.dropped.Load(),
-		WriteBackRetried:   r.wb.retried.Load(),
-		WriteBackUnsure:    r.wb.unsure.Load(),
-		WriteBackPending:   r.wb.pending(),
+		LocalFallbacks:          r.localDecisions.Load(),
+		LateCharged:             r.lateCharged.Load(),
+		WriteBackHits:           r.wb.written.Load(),
+		WriteBackOverLimit:      r.wb.overLimit.Load(),
+		WriteBackDropped:        r.wb.dropped.Load(),
+		WriteBackDroppedAtClose: r.wb.droppedAtClose.Load(),
+		WriteBackRetried:        r.wb.retried.Load(),
+		WriteBackUnsure:         r.wb.unsure.Load(),
+		WriteBackPending:        r.wb.pending(),
 	}
 }
 
 // Close stops the store: calls waiting for a pipeline return backend.ErrClosed,
-// pipelines in flight finish, and the connections close. Apply returns
-// backend.ErrClosed afterwards. Close is idempotent.
+// pipelines in flight finish (within the client's read timeout), the hits
+// still waiting to be written back are written back for at most
+// Options.CloseWriteBack (see drain), and the connections close. Apply
+// returns backend.ErrClosed afterwards. Its error names the hits that could
+// not be written back. Close is idempotent.
 func (r *Store) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
 		r.closed.Store(true)
 		close(r.stop)
 		r.wg.Wait()
+		r.unsentQueued()
+		derr := r.drain(r.closeWriteBack)
 		if r.deny != nil {
 			r.deny.StopAllGoroutines()
 		}
-		err = r.client.Close()
+		err = errors.Join(derr, r.client.Close())
 	})
 	return err
 }
 
 // Apply implements Store. See Redis for the atomicity it guarantees. It
-// returns backend.ErrClosed after Close, ctx.Err() when ctx ends first (the script
-// may still run), and an error when Redis fails or answers something
-// unexpected; then nothing is known about what was charged.
+// returns backend.ErrClosed after Close. When Redis cannot answer before ctx
+// ends (ctx may be done already: the call is then not sent), fails, or
+// answers something unexpected, the degraded mode decides (see degrade):
+// with a Fallback store Apply answers without an error, else it returns
+// the error (wrapping ctx.Err() when ctx ended first; the script may still
+// run, and its late reply is resolved as degrade describes).
 //
 // With the local deny cache enabled, a request is answered without Redis
 // when every item has hits > 0 and a remembered denial of its key for at
@@ -293,9 +307,6 @@ func (r *Store) Close() error {
 func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
 	if r.closed.Load() {
 		return false, backend.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
 	}
 	n := len(items)
 	if len(out) < n {
@@ -317,7 +328,20 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 		}
 	}
 	c := r.newCall(ctx, items)
-	if err := r.do(c); err != nil {
+	var err error
+	if err = ctx.Err(); err != nil {
+		// The budget is spent (or the caller left) before the call could
+		// be queued: it is not sent, so it charged nothing, and the
+		// failure mode decides as for any call Redis did not answer in
+		// time. (A split request's later part gets here when an earlier
+		// part used the whole budget.)
+		c.state, c.resolved = abandoned, true
+		r.notSent.Add(1)
+		err = fmt.Errorf("redis: not sent, the call's time was up before it was queued: %w", err)
+	} else {
+		err = r.do(c)
+	}
+	if err != nil {
 		return r.degrade(c, items, out[:n], err)
 	}
 	for i := range c.groups {

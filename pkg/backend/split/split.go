@@ -42,6 +42,11 @@
 // per minute) has them in two stores, decided as a mixed request, exact
 // one request at a time and within the bound above under concurrency.
 //
+// Time: each call of a mixed request gets an equal share of the time ctx
+// has left when it starts (a third for the peek, half the rest for the
+// per-second part, the rest for the main part), so one frozen store cannot
+// spend the whole budget and leave the other's part none.
+//
 // Cost: a mixed request takes three calls in a row when allowed, two when
 // the per-second part denies (the peek's decisions then answer for the main
 // part), and the peek is skipped when the main part holds only Shadow items.
@@ -120,9 +125,18 @@ func (s *Store) Stats() Stats {
 	return Stats{Mixed: s.mixed.Load(), Peeks: s.peeks.Load(), OverCharged: s.overCharged.Load()}
 }
 
-// Close closes both stores.
+// Close closes both stores at once (each may write back what it holds,
+// within its own bound).
 func (s *Store) Close() error {
-	return errors.Join(s.main.Close(), s.perSecond.Close())
+	var mainErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mainErr = s.main.Close()
+	}()
+	psErr := s.perSecond.Close()
+	<-done
+	return errors.Join(mainErr, psErr)
 }
 
 // Ping checks both stores that can be checked (a Redis store's Ping), at
@@ -194,7 +208,10 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 	peeked := false
 	if canDeny(B) {
 		s.peeks.Add(1)
-		if err := s.peek(ctx, s.main, B, dB, sc); err != nil {
+		pctx, cancel := share(ctx, 3)
+		err := s.peek(pctx, s.main, B, dB, sc)
+		cancel()
+		if err != nil {
 			if !s.cont || errors.Is(err, backend.ErrClosed) {
 				return false, err
 			}
@@ -213,13 +230,15 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 		seen = dB
 	}
 	A2 := sc.rewrite(A, B, seen)
+	actx, cancel := share(ctx, 2)
+	defer cancel()
 	if sc.knownDenied || (peeked && enforcedDenies(B, dB)) {
-		if err := s.deniedCall(ctx, s.perSecond, A, dA, sc); err != nil {
+		if err := s.deniedCall(actx, s.perSecond, A, dA, sc); err != nil {
 			return false, err
 		}
 		return false, s.finishDenied(ctx, B, dB, peeked, sc)
 	}
-	committed, err := s.perSecond.Apply(ctx, A2, dA)
+	committed, err := s.perSecond.Apply(actx, A2, dA)
 	if err != nil {
 		if !s.cont || errors.Is(err, backend.ErrClosed) {
 			return false, err
@@ -248,6 +267,21 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 		s.overCharged.Add(1)
 	}
 	return committed, nil
+}
+
+// share returns the context of the next of left calls of a mixed request
+// still to make: an equal share of the time ctx has left (the last call
+// gets all of it). A store that cannot answer within its share (a frozen
+// Redis) then leaves the later calls their time, so a healthy store still
+// decides its part, where the first call would otherwise spend the whole
+// budget and leave the others none (a Redis store's degraded mode decides
+// a call whose time is up at once, without Redis).
+func share(ctx context.Context, left int) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok || left <= 1 {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(d)/time.Duration(left)))
 }
 
 // finishDenied settles the main part of a denied request: its peek already

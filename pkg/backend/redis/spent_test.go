@@ -1,0 +1,134 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+)
+
+// A call whose time is up before it starts (a split request's later part
+// after an earlier part spent the budget, or a caller that left) is not
+// sent, and the failure mode decides it all the same: local decides on the
+// fallback and writes the hit back, allow writes it back (the caller
+// answers OK), deny fails it and charges nothing. Before, Apply returned
+// ctx.Err() at once: UNAVAILABLE under local, and an OK never counted under
+// allow.
+func TestSpentBudgetFollowsTheFailureMode(t *testing.T) {
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100, Window: time.Hour}
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	for _, mode := range []string{"local", "allow", "deny"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.StartStandalone(t)
+			opts := redis.Options{URL: srv.URL()}
+			switch mode {
+			case "local":
+				fb := memory.New()
+				defer fb.Close()
+				opts.Fallback = fb
+			case "allow":
+				opts.CountFailedOpen = true
+			}
+			r := newRedisStore(t, opts)
+			for _, ctx := range []context.Context{expired, cancelled} {
+				allowed, err := r.Apply(ctx, []backend.Item{{Key: "k", Limit: l, Hits: 1}}, make([]algorithms.Decision, 1))
+				switch mode {
+				case "local":
+					if err != nil || !allowed {
+						t.Fatalf("Apply: %v %v, want allowed by the fallback", allowed, err)
+					}
+				default:
+					if err == nil || !errors.Is(err, ctx.Err()) {
+						t.Fatalf("Apply: %v, want an error wrapping %v", err, ctx.Err())
+					}
+				}
+			}
+			want := uint64(2)
+			if mode == "deny" {
+				want = 0
+			}
+			testutil.WaitFor(t, 10*time.Second, "write-backs sent", func() bool { return r.Stats().WriteBackPending == 0 })
+			if got := used(t, r, "k", l); got != want {
+				t.Errorf("Redis counted %d hits, want %d", got, want)
+			}
+			if st := r.Stats(); st.NotSent != 2 || st.RoundTrips == 0 {
+				t.Errorf("stats %+v: want 2 calls not sent", st)
+			}
+		})
+	}
+}
+
+// Close writes back the hits allowed while Redis was away (failure mode
+// local) once Redis answers, within Options.CloseWriteBack: a Redis that
+// resumes as the store closes counts every allowed hit, exactly; one that
+// stays frozen loses them, and Close says how many, as does
+// Stats.WriteBackDroppedAtClose. Before, Close dropped them silently.
+func TestCloseWritesBackPendingHits(t *testing.T) {
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1000, Window: time.Hour}
+	t.Run("resumed", func(t *testing.T) {
+		srv := redistest.StartStandalone(t)
+		fb := memory.New()
+		defer fb.Close()
+		r, err := redis.New(redis.Options{URL: srv.URL(), BatchSize: 1, ReadTimeout: time.Minute, WriteTimeout: time.Minute, Fallback: fb, CloseWriteBack: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Pause()
+		allowed, failed := burst(r, "k", l, 30, 50*time.Millisecond)
+		if allowed != 30 || failed != 0 {
+			t.Fatalf("frozen: %d allowed, %d failed; want 30 allowed locally", allowed, failed)
+		}
+		if st := r.Stats(); st.WriteBackPending == 0 {
+			t.Fatalf("nothing waits to be written back: %+v", st)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- r.Close() }()
+		srv.Resume()
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		st := r.Stats()
+		t.Logf("stats at close: %+v", st)
+		if st.WriteBackPending != 0 || st.WriteBackDroppedAtClose != 0 {
+			t.Errorf("pending %d, dropped at close %d: want none", st.WriteBackPending, st.WriteBackDroppedAtClose)
+		}
+		check := newRedisStore(t, redis.Options{URL: srv.URL()})
+		if got := used(t, check, "k", l); got != 30 {
+			t.Errorf("Redis counted %d of the 30 hits allowed locally", got)
+		}
+	})
+	t.Run("frozen", func(t *testing.T) {
+		srv := redistest.StartStandalone(t)
+		defer srv.Resume()
+		fb := memory.New()
+		defer fb.Close()
+		const bound = 300 * time.Millisecond
+		r, err := redis.New(redis.Options{URL: srv.URL(), BatchSize: 1, ReadTimeout: bound, Fallback: fb, CloseWriteBack: bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Pause()
+		allowed, failed := burst(r, "k", l, 20, 50*time.Millisecond)
+		if allowed != 20 || failed != 0 {
+			t.Fatalf("frozen: %d allowed, %d failed; want 20 allowed locally", allowed, failed)
+		}
+		err = r.Close()
+		if err == nil || !strings.Contains(err.Error(), "20 hits of 1 keys") {
+			t.Fatalf("Close: %v, want it to name the 20 hits not written back", err)
+		}
+		if st := r.Stats(); st.WriteBackDroppedAtClose != 20 || st.WriteBackPending != 0 {
+			t.Errorf("dropped at close %d, pending %d: want 20 and 0", st.WriteBackDroppedAtClose, st.WriteBackPending)
+		}
+	})
+}
