@@ -84,6 +84,13 @@
 // the same key and value at one level (a key-only descriptor and one with a
 // value are different), an empty domain, and a domain defined twice.
 //
+// Options.Lenient (the reference server's environment) accepts instead what
+// the reference server's config checker accepts, with the reference's
+// meaning: a field given twice (the last one), a field of the format where
+// it means nothing (ignored), a count beside unlimited (ignored), a missing
+// count (0), and a later document of a file that does not load (skipped).
+// Config.Warnings lists each such thing as "file:line: what was done".
+//
 // # Matching
 //
 // A request descriptor is a list of entries (key, value). Domain.Match

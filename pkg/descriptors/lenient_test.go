@@ -90,6 +90,16 @@ var lenientCases = []lenientCase{{
 		}
 	},
 }, {
+	name:   "misplaced field in a replaces entry",
+	file:   "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1\n      name: n\n      replaces:\n        - name: x\n          unit: minute\n",
+	strict: []string{`10: unknown field "unit" in replaces entry`},
+	warns:  []string{"10: unit is not a field of a replaces entry: ignored, as the reference does"},
+	check: func(t *testing.T, c *Config) {
+		if l := limitOf(t, c, "a", "k=v"); len(l.Replaces) != 1 || l.Replaces[0] != "x" {
+			t.Errorf("replaces %v, want [x]", l.Replaces)
+		}
+	},
+}, {
 	name:   "unlimited with a count",
 	file:   "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
 	strict: []string{"4: unlimited must not be combined with requests_per_unit"},
