@@ -19,6 +19,8 @@ func FuzzParse(f *testing.F) {
 		return nil
 	})
 	seeds = append(seeds, filepath.Join("..", "..", "examples", "ratelimit.yaml"))
+	conf, _ := filepath.Glob(filepath.Join("..", "..", "test", "conformance", "configs", "*.yaml"))
+	seeds = append(seeds, conf...)
 	for _, p := range seeds {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -28,6 +30,17 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse("fuzz.yaml", data)
+		// Lenient accepts all that strict accepts, with the same domains,
+		// and its warnings name the file and a reason.
+		lcfg, lerr := ParseDocumentsWith([]Document{{File: "fuzz.yaml", Data: data}}, Options{Lenient: true})
+		if err == nil && (lerr != nil || strings.Join(lcfg.Domains(), ",") != strings.Join(cfg.Domains(), ",")) {
+			t.Fatalf("strict accepts %v, lenient: %v %v", cfg.Domains(), lcfg.Domains(), lerr)
+		}
+		for _, w := range lcfg.Warnings() {
+			if w.File != "fuzz.yaml" || w.Reason == "" {
+				t.Fatalf("warning without file or reason: %+v", w)
+			}
+		}
 		if err != nil {
 			if cfg != nil {
 				t.Fatalf("both a config and an error: %v", err)
