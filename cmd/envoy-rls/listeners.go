@@ -81,9 +81,13 @@ func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.L
 		},
 		MergeDomains: o.MergeDomainConfig,
 		Lenient:      o.ConfigLenient,
-		Apply:        func(c *descriptors.Config) { svc.SetConfig(c); applied() },
-		Loaded:       metrics.ConfigLoad,
-		Logger:       log,
+		Apply: func(c *descriptors.Config) {
+			svc.SetConfig(c)
+			metrics.ConfigWarnings(len(c.Warnings()))
+			applied()
+		},
+		Loaded: metrics.ConfigLoad,
+		Logger: log,
 	})
 }
 

@@ -120,6 +120,9 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if cfg != nil || loadErr != nil {
 		s.metrics.ConfigLoad(loadErr)
 	}
+	if cfg != nil {
+		s.metrics.ConfigWarnings(len(cfg.Warnings()))
+	}
 
 	traceCfg, err := tracing.FromEnv(os.Getenv)
 	if err != nil {
@@ -315,6 +318,7 @@ func (s *server) reload(reason string) {
 	s.ready.configChanged()
 	s.log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
 	logWarnings(s.log, next)
+	s.metrics.ConfigWarnings(len(next.Warnings()))
 }
 
 // run serves until ctx ends, then shuts down gracefully. It returns early

@@ -34,6 +34,7 @@ type Metrics struct {
 	backendLatency                                       prometheus.Histogram
 	inFlight                                             prometheus.Gauge
 	configOK, configTime                                 prometheus.Gauge
+	configWarnings                                       prometheus.Gauge
 	observerDropped                                      prometheus.Counter
 }
 
@@ -97,6 +98,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "envoy_rls_config_last_success_timestamp_seconds",
 		Help: "Unix time of the last successful config load.",
 	})
+	m.configWarnings = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "envoy_rls_config_warnings",
+		Help: "Things the config in use was accepted with as the reference server accepts them (--config-lenient, on under its environment): fields given twice or where they mean nothing, a missing count, skipped documents; each is logged with its file:line at load. 0 when the config is as the native format wants it.",
+	})
 	m.observerDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "envoy_rls_observer_events_dropped_total",
 		Help: "Decision events dropped because an observer's queue was full.",
@@ -114,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(decisionOverflow)
 	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads,
 		m.ruleHits, m.ruleWithin, m.ruleOver, m.ruleNear, m.ruleShadow, m.backendLatency,
-		m.inFlight, m.configOK, m.configTime, m.observerDropped, overflow, m.unknown, m.unmatched)
+		m.inFlight, m.configOK, m.configTime, m.configWarnings, m.observerDropped, overflow, m.unknown, m.unmatched)
 	return m
 }
 
@@ -265,6 +270,15 @@ func (m *Metrics) ConfigLoad(err error) {
 	if m.ref != nil {
 		m.ref.loadSuccess.Inc()
 	}
+}
+
+// ConfigWarnings records the number of warnings of the config in use
+// (descriptors.Config.Warnings).
+func (m *Metrics) ConfigWarnings(n int) {
+	if m == nil {
+		return
+	}
+	m.configWarnings.Set(float64(n))
 }
 
 func (m *Metrics) unknownDomain() {

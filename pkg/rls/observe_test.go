@@ -387,6 +387,10 @@ func TestMetricsAfterAScriptedSequence(t *testing.T) {
 	if ok, ts := value(fams, "envoy_rls_config_last_load_success"), value(fams, "envoy_rls_config_last_success_timestamp_seconds"); ok != 1 || ts < float64(before.Unix()) {
 		t.Errorf("after success: ok %v, time %v", ok, ts)
 	}
+	metrics.ConfigWarnings(3)
+	if got := value(scrape(t, reg), "envoy_rls_config_warnings"); got != 3 {
+		t.Errorf("envoy_rls_config_warnings %v, want 3", got)
+	}
 	metrics.ConfigLoad(io.EOF)
 	fams = scrape(t, reg)
 	if ok, ts := value(fams, "envoy_rls_config_last_load_success"), value(fams, "envoy_rls_config_last_success_timestamp_seconds"); ok != 0 || ts < float64(before.Unix()) {

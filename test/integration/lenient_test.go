@@ -73,6 +73,9 @@ func TestReferenceLoadsWhatTheReferenceAccepts(t *testing.T) {
 			t.Errorf("/rlconfig lacks %q:\n%s", want, body)
 		}
 	}
+	if _, metrics := httpGetCode(p.httpURL + "/metrics"); !strings.Contains(metrics, "\nenvoy_rls_config_warnings 8\n") {
+		t.Errorf("envoy_rls_config_warnings is not 8:\n%s", grepLines(metrics, "config_warnings"))
+	}
 	logs := p.Logs()
 	for _, w := range lenientWarnings {
 		if n := strings.Count(logs, w); n != 1 {
