@@ -20,6 +20,29 @@ const (
 	// connection's requests can hold while they are read is bounded by
 	// streams x size (64 MiB by default; decoding takes about twice more).
 	defaultGRPCMaxRecvMsgSize = 64 << 10
+	// defaultGRPCMaxConnections bounds the gRPC connections open at once.
+	// Envoy keeps one connection per worker thread to each rate limit
+	// host (fewer under low load), so 4,096 serves, say, 500 proxies of 8
+	// workers on one instance; an idle connection costs about 22 KB and 3
+	// goroutines, 90 MB at the limit.
+	defaultGRPCMaxConnections = 4096
+	// defaultGRPCMaxConnectionIdle closes connections with no call for
+	// that long; Envoy opens a new one at its next call.
+	defaultGRPCMaxConnectionIdle = 5 * time.Minute
+	// grpcStreamWindow is the HTTP/2 flow-control window of each stream,
+	// the HTTP/2 default, set explicitly so that grpc-go does not grow it
+	// from its bandwidth-delay estimate (up to 16 MiB a stream): what a
+	// stream can hold unread is then this window (grpc-go widens it to
+	// the size of a message being read, itself at most
+	// --grpc-max-recv-msg-size). grpcConnWindow is the connection's
+	// window, which grpc-go replenishes as data arrives, whether or not it
+	// was read: it bounds no memory, only how much is in transit.
+	grpcStreamWindow = 64 << 10
+	grpcConnWindow   = 1 << 20
+	// grpcConnectionTimeout bounds a new connection's TLS handshake and
+	// HTTP/2 preface: a client that opens a connection and sends nothing
+	// gives its slot back after it.
+	grpcConnectionTimeout = 10 * time.Second
 	// The range of --grpc-max-recv-msg-size.
 	minGRPCMaxRecvMsgSize = 1 << 10
 	maxGRPCMaxRecvMsgSize = 1 << 30
@@ -42,19 +65,25 @@ const (
 
 // grpcServerOptions bounds what one gRPC client can hold: concurrent
 // streams per connection (further streams are refused), the size of a
-// request (larger ones get RESOURCE_EXHAUSTED), keepalive pings
-// (abusive ones close the connection), and the age of a connection (the
+// request (larger ones get RESOURCE_EXHAUSTED), the flow-control window of
+// a stream (fixed, not grown), keepalive pings (abusive ones close the
+// connection), the time a connection may stay without calls, the time to
+// its first frames, and the age of a connection (the
 // reference's GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE),
 // which also spreads clients again after instances are added.
 func grpcServerOptions(o options) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(o.GRPCMaxConcurrentStreams)),
 		grpc.MaxRecvMsgSize(int(o.GRPCMaxRecvMsgSize)),
+		grpc.InitialWindowSize(grpcStreamWindow),
+		grpc.InitialConnWindowSize(grpcConnWindow),
+		grpc.ConnectionTimeout(grpcConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             grpcKeepaliveMinTime,
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     o.GRPCMaxConnectionIdle,
 			MaxConnectionAge:      o.GRPCMaxConnectionAge,
 			MaxConnectionAgeGrace: o.GRPCMaxConnectionAgeGrace,
 			Time:                  grpcKeepaliveTime,

@@ -42,6 +42,8 @@ type options struct {
 	GRPCMaxRecvMsgSize        byteSize
 	GRPCMaxConnectionAge      time.Duration
 	GRPCMaxConnectionAgeGrace time.Duration
+	GRPCMaxConnections        int
+	GRPCMaxConnectionIdle     time.Duration
 	HTTPReadTimeout           time.Duration
 	HTTPWriteTimeout          time.Duration
 	HTTPIdleTimeout           time.Duration
@@ -100,6 +102,8 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.TextVar(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", &o.GRPCMaxRecvMsgSize, "largest gRPC request accepted (larger ones get RESOURCE_EXHAUSTED), e.g. 64KiB; bounds request memory to about this times --grpc-max-concurrent-streams per connection")
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", time.Hour, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")
+	fs.IntVar(&o.GRPCMaxConnections, "grpc-max-connections", defaultGRPCMaxConnections, "most gRPC connections open at once; a connection beyond it is closed as soon as it is accepted")
+	fs.DurationVar(&o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", defaultGRPCMaxConnectionIdle, "close a gRPC connection gracefully (GOAWAY) after it has had no call in progress for this long; Envoy reconnects at its next call")
 	fs.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
 	fs.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
 	fs.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
@@ -137,6 +141,9 @@ func (o *options) validate() error {
 	if o.GRPCMaxConcurrentStreams < 1 {
 		errs = append(errs, errors.New("--grpc-max-concurrent-streams must be at least 1"))
 	}
+	if o.GRPCMaxConnections < 1 {
+		errs = append(errs, errors.New("--grpc-max-connections must be at least 1"))
+	}
 	if o.GRPCMaxRecvMsgSize < minGRPCMaxRecvMsgSize || o.GRPCMaxRecvMsgSize > maxGRPCMaxRecvMsgSize {
 		errs = append(errs, fmt.Errorf("%s: want %s to %s", o.cmd.value("grpc-max-recv-msg-size", formatSize(uint64(o.GRPCMaxRecvMsgSize))), formatSize(minGRPCMaxRecvMsgSize), formatSize(maxGRPCMaxRecvMsgSize)))
 	}
@@ -146,6 +153,7 @@ func (o *options) validate() error {
 	}{
 		{"--grpc-max-connection-age", o.GRPCMaxConnectionAge},
 		{"--grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace},
+		{"--grpc-max-connection-idle", o.GRPCMaxConnectionIdle},
 		{"--http-read-timeout", o.HTTPReadTimeout},
 		{"--http-write-timeout", o.HTTPWriteTimeout},
 		{"--http-idle-timeout", o.HTTPIdleTimeout},

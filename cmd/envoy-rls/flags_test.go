@@ -13,12 +13,17 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	t.Setenv("ENVOY_RLS_REDIS_CLUSTER", "a:1, b:2,")
 	t.Setenv("ENVOY_RLS_BACKEND_TIMEOUT", "25ms")
 	t.Setenv("ENVOY_RLS_GRPC_ADDR", ":9999")
+	t.Setenv("ENVOY_RLS_GRPC_MAX_CONNECTIONS", "12")
+	t.Setenv("ENVOY_RLS_GRPC_MAX_CONNECTION_IDLE", "90s")
 	o, err := parseServe([]string{"--grpc-addr", "127.0.0.1:1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Config != "/etc/rls" || o.Backend != "redis" || o.BackendTimeout != 25*time.Millisecond {
 		t.Fatalf("environment not applied: %+v", o)
+	}
+	if o.GRPCMaxConnections != 12 || o.GRPCMaxConnectionIdle != 90*time.Second {
+		t.Fatalf("connection bounds from the environment: %d, %v", o.GRPCMaxConnections, o.GRPCMaxConnectionIdle)
 	}
 	if o.GRPCAddr != "127.0.0.1:1" {
 		t.Fatalf("command line must win over the environment: %q", o.GRPCAddr)
@@ -43,6 +48,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--config", "x", "--failure-mode", "maybe"}, "--failure-mode"},
 		{[]string{"--config", "x", "--backend", "etcd"}, "want memory or redis"},
 		{[]string{"--config", "x", "--max-keys", "0"}, "--max-keys"},
+		{[]string{"--config", "x", "--grpc-max-connections", "0"}, "--grpc-max-connections must be at least 1"},
+		{[]string{"--config", "x", "--grpc-max-connection-idle", "0s"}, "--grpc-max-connection-idle must be positive"},
 		{[]string{"--config", "x", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--config", "x", "stray"}, "unexpected argument"},
 		{[]string{"--config", "x", "--redis-url", "ftp://h:1"}, "want redis://"},

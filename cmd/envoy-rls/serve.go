@@ -206,6 +206,11 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if s.grpcLis, err = listen(o.GRPCAddr); err != nil {
 		return s, fmt.Errorf("gRPC listener: %w", err)
 	}
+	limited := newLimitListener(s.grpcLis, o.GRPCMaxConnections)
+	s.grpcLis = limited
+	if err := limited.register(s.reg); err != nil {
+		return s, err
+	}
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
 	var hasConfig func() bool
 	if o.HealthRequiresConfig {
