@@ -294,6 +294,11 @@ func (s *server) close() {
 	if s.store != nil {
 		// A Redis store writes back the hits allowed while Redis was away,
 		// for up to --shutdown-grace; the error names what it could not.
+		if p, ok := s.store.(interface{ WriteBackPending() int }); ok {
+			if n := p.WriteBackPending(); n > 0 {
+				s.log.Info("writing back the hits allowed while Redis was away", "keys", n, "within", s.o.ShutdownGrace.String())
+			}
+		}
 		if err := s.store.Close(); err != nil {
 			s.log.Warn("closing the backend", "error", err)
 		}

@@ -139,6 +139,18 @@ func (s *Store) Close() error {
 	return errors.Join(mainErr, psErr)
 }
 
+// WriteBackPending returns the keys whose hits wait to be written back in
+// both stores (those that write back: a Redis store).
+func (s *Store) WriteBackPending() int {
+	n := 0
+	for _, st := range []backend.Store{s.main, s.perSecond} {
+		if p, ok := st.(interface{ WriteBackPending() int }); ok {
+			n += p.WriteBackPending()
+		}
+	}
+	return n
+}
+
 // Ping checks both stores that can be checked (a Redis store's Ping), at
 // once; the error names the store that failed.
 func (s *Store) Ping(ctx context.Context) error {
