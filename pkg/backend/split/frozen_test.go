@@ -82,8 +82,9 @@ func TestFrozenRedisDecidedLocally(t *testing.T) {
 				}
 			}
 			if tc.freeze == "persecond" {
-				// The main part had half the budget left after the
-				// per-second part's share: a healthy Redis answers in it.
+				// The main part had a quarter of the budget (0.5 s) left
+				// after the per-second part's share: a healthy Redis
+				// answers in it.
 				if st := main.Stats(); st.LocalFallbacks != 0 {
 					t.Errorf("main Redis (healthy) left %d calls to its fallback: %+v", st.LocalFallbacks, st)
 				}
