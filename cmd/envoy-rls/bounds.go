@@ -26,6 +26,11 @@ const (
 	// workers on one instance; an idle connection costs about 22 KB and 3
 	// goroutines, 90 MB at the limit.
 	defaultGRPCMaxConnections = 4096
+	// defaultHTTPMaxConnections bounds the connections open at once on the
+	// HTTP listener: probes, Prometheus and /json clients need a few; each
+	// holds about 12 KB (buffers and a goroutine) for at most
+	// --http-idle-timeout, or 5 s until its headers.
+	defaultHTTPMaxConnections = 1024
 	// defaultGRPCMaxConnectionIdle closes connections with no call for
 	// that long; Envoy opens a new one at its next call.
 	defaultGRPCMaxConnectionIdle = 5 * time.Minute

@@ -60,16 +60,18 @@ func (c *limitedConn) Close() error {
 	return err
 }
 
-// register exports the listener's connections open now and refused.
-func (l *limitListener) register(reg prometheus.Registerer) error {
+// register exports the listener's connections open now and refused, as
+// envoy_rls_<kind>_connections and envoy_rls_<kind>_connections_refused_total;
+// flag names the limit.
+func (l *limitListener) register(reg prometheus.Registerer, kind, flag string) error {
 	return errors.Join(
 		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "envoy_rls_grpc_connections",
-			Help: "gRPC connections open now (at most --grpc-max-connections).",
+			Name: "envoy_rls_" + kind + "_connections",
+			Help: "Connections open now on the " + kind + " listener (at most " + flag + ").",
 		}, func() float64 { return float64(l.open.Load()) })),
 		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "envoy_rls_grpc_connections_refused_total",
-			Help: "gRPC connections closed as soon as they were accepted because --grpc-max-connections were open.",
+			Name: "envoy_rls_" + kind + "_connections_refused_total",
+			Help: "Connections of the " + kind + " listener closed as soon as they were accepted because " + flag + " were open.",
 		}, func() float64 { return float64(l.refused.Load()) })),
 	)
 }

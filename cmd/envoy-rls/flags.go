@@ -47,6 +47,7 @@ type options struct {
 	HTTPReadTimeout           time.Duration
 	HTTPWriteTimeout          time.Duration
 	HTTPIdleTimeout           time.Duration
+	HTTPMaxConnections        int
 
 	ResponseDynamicMetadata bool
 
@@ -107,6 +108,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
 	fs.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
 	fs.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
+	fs.IntVar(&o.HTTPMaxConnections, "http-max-connections", defaultHTTPMaxConnections, "most connections open at once on the HTTP listener (--http-addr); one beyond it is closed as soon as it is accepted")
 	fs.TextVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff, "quota headers added to responses: off, ietf (RateLimit-Policy and RateLimit), draft03 (X-RateLimit-*), legacy (RateLimit-Limit/-Remaining/-Reset; true means legacy, false off) or all; Retry-After comes with every OVER_LIMIT whatever this says")
 	fs.StringVar(&o.OverLimitBody, "over-limit-body", "", `JSON body of OVER_LIMIT answers (raw_body), with {{rule}}, {{domain}}, {{descriptor_index}} and {{retry_after}} filled in, e.g. {"error":"rate_limited","rule":"{{rule}}","retry_after":{{retry_after}}}`)
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit's capacity past which allowed hits also count in envoy_rls_rule_near_limit_total (0 < ratio <= 1)")
@@ -143,6 +145,9 @@ func (o *options) validate() error {
 	}
 	if o.GRPCMaxConnections < 1 {
 		errs = append(errs, errors.New("--grpc-max-connections must be at least 1"))
+	}
+	if o.HTTPMaxConnections < 1 {
+		errs = append(errs, errors.New("--http-max-connections must be at least 1"))
 	}
 	if o.GRPCMaxRecvMsgSize < minGRPCMaxRecvMsgSize || o.GRPCMaxRecvMsgSize > maxGRPCMaxRecvMsgSize {
 		errs = append(errs, fmt.Errorf("%s: want %s to %s", o.cmd.value("grpc-max-recv-msg-size", formatSize(uint64(o.GRPCMaxRecvMsgSize))), formatSize(minGRPCMaxRecvMsgSize), formatSize(maxGRPCMaxRecvMsgSize)))

@@ -49,6 +49,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--config", "x", "--backend", "etcd"}, "want memory or redis"},
 		{[]string{"--config", "x", "--max-keys", "0"}, "--max-keys"},
 		{[]string{"--config", "x", "--grpc-max-connections", "0"}, "--grpc-max-connections must be at least 1"},
+		{[]string{"--config", "x", "--http-max-connections", "-1"}, "--http-max-connections must be at least 1"},
 		{[]string{"--config", "x", "--grpc-max-connection-idle", "0s"}, "--grpc-max-connection-idle must be positive"},
 		{[]string{"--config", "x", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--config", "x", "stray"}, "unexpected argument"},

@@ -208,7 +208,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	}
 	limited := newLimitListener(s.grpcLis, o.GRPCMaxConnections)
 	s.grpcLis = limited
-	if err := limited.register(s.reg); err != nil {
+	if err := limited.register(s.reg, "grpc", "--grpc-max-connections"); err != nil {
 		return s, err
 	}
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
@@ -230,6 +230,11 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if o.HTTPAddr != "" {
 		if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
 			return s, fmt.Errorf("HTTP listener: %w", err)
+		}
+		limited := newLimitListener(s.httpLis, o.HTTPMaxConnections)
+		s.httpLis = limited
+		if err := limited.register(s.reg, "http", "--http-max-connections"); err != nil {
+			return s, err
 		}
 		mux := http.NewServeMux()
 		// 503 with the reason until the backend answered once, and from

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"regexp"
 	"runtime"
 	"strconv"
 	"sync"
@@ -296,5 +297,72 @@ func TestPartialStreamsOnManyConnections(t *testing.T) {
 	}
 	if code, _ := p.postJSON(t, `{"domain":"bounds","descriptors":[{"entries":[{"key":"blob","value":"x"}]}]}`); code != 200 {
 		t.Errorf("/json answered %d with the connections full", code)
+	}
+}
+
+// TestHTTPConnectionsBeyondTheLimitAreClosed: with --http-max-connections 4,
+// 30 idle connections to the HTTP port: all but 4 (3 if the test client's
+// keep-alive connection still holds a slot) are closed at once, long before
+// the 5 s header timeout would close them, and counted; once they are gone
+// the port answers again.
+func TestHTTPConnectionsBeyondTheLimitAreClosed(t *testing.T) {
+	const limit, extra = 4, 30
+	p := startServe(t, nil, "--config", boundsConfig(t), "--http-max-connections", strconv.Itoa(limit))
+	httpClient.CloseIdleConnections()
+	addr := p.httpURL[len("http://"):]
+	probe := schedprobe.Start()
+	start := time.Now()
+	var conns []net.Conn
+	closed := make(chan struct{}, extra)
+	for range extra {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatal(err)
+			}
+			closed <- struct{}{}
+			continue
+		}
+		conns = append(conns, c)
+		go func() {
+			io.Copy(io.Discard, c) // until the server closes it
+			closed <- struct{}{}
+		}()
+	}
+	for range extra - limit {
+		select {
+		case <-closed:
+		case <-time.After(30 * time.Second):
+			t.Fatal("connections beyond the limit still open after 30 s")
+		}
+	}
+	took, slack := time.Since(start), probe.Stop()
+	t.Logf("%d of %d connections closed after %v (scheduling slack %v)", extra-limit, extra, took, slack)
+	if took > 2*(time.Second+slack) {
+		t.Errorf("the connections beyond the limit were closed after %v, want at once (measured scheduling slack %v)", took, slack)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	var refused float64
+	failed := 0 // scrapes refused while the server had not yet seen the closes
+	waitFor(t, 30*time.Second, "the HTTP port to answer again", func() bool {
+		resp, err := httpClient.Get(p.httpURL + "/metrics")
+		if err != nil {
+			failed++
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := regexp.MustCompile(`(?m)^envoy_rls_http_connections_refused_total (\S+)$`).FindSubmatch(body)
+		if m == nil {
+			t.Fatal("no envoy_rls_http_connections_refused_total in /metrics")
+		}
+		refused, _ = strconv.ParseFloat(string(m[1]), 64)
+		return true
+	})
+	t.Logf("%v refused by the metric, %d scrapes failed", refused, failed)
+	if refused < extra-limit || refused > float64(extra-limit+1+failed) {
+		t.Errorf("%v connections refused, want %d (one more while a keep-alive connection held a slot, and the %d failed scrapes)", refused, extra-limit, failed)
 	}
 }
