@@ -3,9 +3,25 @@
 // scheduling delay instead of an absolute slack: on a busy machine a
 // goroutine may wait tens of milliseconds for a CPU, and a bound that
 // ignores it fails for reasons that have nothing to do with the code.
+//
+// Two measures are combined. A probe goroutine wakes on a timer every Tick
+// and records how late it ran: it sees timers firing late and the whole
+// process stalling. But a timer wakes its goroutine ahead of the others
+// (it runs next on its P), so one probe does not see how long a goroutine
+// readied behind many runnable ones waits: with 32 busy goroutines on 2 Ps
+// under -race, a goroutine woken by a channel may wait ten times longer
+// than the probe ever does. That wait is what the runtime's own histogram
+// of scheduling latencies (runtime/metrics "/sched/latencies:seconds": how
+// long each goroutine stayed runnable before it ran) records, for every
+// goroutine of the process: the probe reads its maximum over its lifetime.
+// Time a goroutine spends blocked (on a channel, a mutex, I/O) is not in
+// it, so a bound built from these measures still fails when the code under
+// test holds a goroutine.
 package schedprobe
 
 import (
+	"math"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,18 +30,26 @@ import (
 // Tick is how often a Probe wakes up.
 const Tick = time.Millisecond
 
+// latencies is the runtime metric of goroutine scheduling latencies.
+const latencies = "/sched/latencies:seconds"
+
 // Probe wakes a goroutine every Tick and records how much later than asked
-// it ran: the worst delay is an estimate of how long any goroutine of the
-// process may have waited for a CPU while the probe ran.
+// it ran: the worst delay is an estimate of how late a timer may fire, or
+// how long the whole process may have stalled, while the probe ran. It
+// also reads the runtime's scheduling latencies (see SchedMax).
 type Probe struct {
 	worst atomic.Int64 // ns
 	stop  chan struct{}
 	done  sync.WaitGroup
+	start *metrics.Float64Histogram // the latencies when the probe started
+
+	stopOnce sync.Once
+	sched    time.Duration // SchedMax at Stop
 }
 
 // Start starts a probe. Call Stop to end it.
 func Start() *Probe {
-	p := &Probe{stop: make(chan struct{})}
+	p := &Probe{stop: make(chan struct{}), start: readLatencies()}
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
@@ -51,22 +75,62 @@ func Start() *Probe {
 	return p
 }
 
-// Worst returns the longest delay seen so far.
+// Worst returns the longest delay the probe goroutine saw so far.
 func (p *Probe) Worst() time.Duration { return time.Duration(p.worst.Load()) }
 
-// Bound returns the slack a duration measured while the probe ran may show
-// over its ideal value: twice the worst delay seen (the measured goroutine
-// may have been delayed once on its way in and once on its way out), plus
-// two ticks of timer resolution.
-func (p *Probe) Bound() time.Duration { return 2*p.Worst() + 2*Tick }
-
-// Stop ends the probe and returns Bound.
-func (p *Probe) Stop() time.Duration {
+// SchedMax returns the longest time any goroutine of the process stayed
+// runnable before it ran since the probe started (until Stop), as the upper
+// edge of the runtime histogram's bucket that holds it (so never less).
+func (p *Probe) SchedMax() time.Duration {
 	select {
 	case <-p.stop:
+		return p.sched
 	default:
-		close(p.stop)
 	}
-	p.done.Wait()
+	return maxSince(p.start, readLatencies())
+}
+
+// Bound returns the slack a duration measured while the probe ran may show
+// over its ideal value. The measured goroutine may be delayed on its way in
+// and on its way out: each time by a timer firing late or a stalled process
+// (the probe's worst delay) and by a wait to run (SchedMax) — a goroutine
+// woken at a deadline waits to run twice, once for the goroutine that
+// cancels its context and once itself. Plus two ticks of timer resolution.
+func (p *Probe) Bound() time.Duration { return 2*p.Worst() + 2*p.SchedMax() + 2*Tick }
+
+// Stop ends the probe and returns Bound. It is idempotent.
+func (p *Probe) Stop() time.Duration {
+	p.stopOnce.Do(func() {
+		p.sched = maxSince(p.start, readLatencies())
+		close(p.stop)
+		p.done.Wait()
+	})
 	return p.Bound()
+}
+
+func readLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: latencies}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil // not supported by this runtime: the probe alone counts
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// maxSince returns the upper edge of the highest bucket of b whose count
+// grew since a (the lower edge for the last, unbounded, bucket).
+func maxSince(a, b *metrics.Float64Histogram) time.Duration {
+	if a == nil || b == nil || len(a.Counts) != len(b.Counts) {
+		return 0
+	}
+	for i := len(b.Counts) - 1; i >= 0; i-- {
+		if b.Counts[i] > a.Counts[i] {
+			edge := b.Buckets[i+1]
+			if math.IsInf(edge, 1) {
+				edge = b.Buckets[i]
+			}
+			return time.Duration(edge * float64(time.Second))
+		}
+	}
+	return 0
 }

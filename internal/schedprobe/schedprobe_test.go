@@ -8,8 +8,9 @@ import (
 )
 
 // TestProbeSeesDelay: while every CPU is kept busy by more spinning
-// goroutines than there are CPUs, the probe sees a delay, and Bound is at
-// least twice it.
+// goroutines than there are CPUs, the probe sees a delay, the runtime's
+// scheduling latencies show goroutines waiting to run, and Bound is at
+// least twice both.
 func TestProbeSeesDelay(t *testing.T) {
 	p := Start()
 	stop := make(chan struct{})
@@ -39,8 +40,11 @@ func TestProbeSeesDelay(t *testing.T) {
 	if p.Worst() <= 0 {
 		t.Fatal("the probe saw no delay under load")
 	}
-	if b < 2*p.Worst() {
-		t.Fatalf("Bound %v below twice the worst delay %v", b, p.Worst())
+	if p.SchedMax() <= 0 {
+		t.Fatal("the runtime's scheduling latencies show no wait while goroutines spun")
+	}
+	if b < 2*p.Worst()+2*p.SchedMax() {
+		t.Fatalf("Bound %v below twice the worst delay %v plus twice the longest wait to run %v", b, p.Worst(), p.SchedMax())
 	}
 	if p.Stop() != b {
 		t.Fatal("Stop is not idempotent")

@@ -79,11 +79,18 @@ func TestRedisFailureRecovery(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	// Relative to the scheduling delay measured meanwhile: a goroutine
-	// that waited that long for a CPU returns that much late whatever the
-	// store does.
+	// Relative to the scheduling delays measured meanwhile: a caller woken
+	// at its deadline that then waited that long for a CPU returns that
+	// much late whatever the store does. Measured per call under CPU
+	// stress (about 1,500 calls more than 5 ms late in 35 runs), a late
+	// call's overrun lay between its deadline and its goroutine running;
+	// the store's wait returned within 2 µs of that: 32 runnable
+	// goroutines on 2 Ps under -race wait behind one another far longer
+	// than the probe goroutine, which a timer wakes ahead of them, ever
+	// does; the runtime's scheduling latencies (SchedMax) see those waits.
+	// Time the store held a caller blocked is in neither measure.
 	if w, slack := time.Duration(worst.Load()), probe.Stop(); w > slack {
-		t.Errorf("a call returned %v after its deadline (measured scheduling slack %v)", w, slack)
+		t.Errorf("a call returned %v after its deadline (measured scheduling slack %v: probe %v late at worst, goroutines waited up to %v to run)", w, slack, probe.Worst(), probe.SchedMax())
 	}
 	st := r.Stats()
 	if st.ScriptReloads == 0 {
