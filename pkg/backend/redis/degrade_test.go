@@ -353,6 +353,8 @@ func testClusterFrozenMasterChargesOnce(t *testing.T, cl *redistest.Cluster) {
 				defer cancel()
 				ok, err := r.Apply(ctx, []backend.Item{{Key: "f", Limit: l, Hits: 1, Partition: part}}, make([]algorithms.Decision, 1))
 				if err != nil {
+					// Even when the 10 ms budget is spent before the call
+					// reaches Redis (a loaded machine), the fallback decides.
 					t.Errorf("with a fallback store: %v", err)
 				}
 				if ok {
