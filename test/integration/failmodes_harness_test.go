@@ -69,6 +69,7 @@ func startFailMode(t *testing.T, mode string) *fmEnv {
 type fmStats struct {
 	redis, degraded                                 float64 // decided by Redis; by the fallback or the failure mode
 	late, retried, unsure, written, overLimit, pend float64
+	lateUnsure                                      float64 // refused calls Redis may have charged
 	perRedis, perDegraded                           []float64
 }
 
@@ -83,6 +84,7 @@ func (e *fmEnv) stats() fmStats {
 		s.perRedis = append(s.perRedis, r)
 		s.perDegraded = append(s.perDegraded, d)
 		s.late += labelled(e.t, p, `envoy_rls_redis_late_charged_total`)
+		s.lateUnsure += labelled(e.t, p, `envoy_rls_redis_late_unsure_total`)
 		s.retried += labelled(e.t, p, `envoy_rls_redis_write_back_retried_total`)
 		s.unsure += labelled(e.t, p, `envoy_rls_redis_write_back_unsure_total`)
 		s.written += labelled(e.t, p, `envoy_rls_redis_write_back_hits_total`)
@@ -108,7 +110,7 @@ func (e *fmEnv) settle() fmStats {
 	first := true
 	waitFor(e.t, 60*time.Second, "write-backs and late replies settle", func() bool {
 		s := e.stats()
-		same := !first && s.pend == 0 && s.late == last.late && s.written == last.written && s.retried == last.retried && s.unsure == last.unsure
+		same := !first && s.pend == 0 && s.late == last.late && s.lateUnsure == last.lateUnsure && s.written == last.written && s.retried == last.retried && s.unsure == last.unsure
 		last, first = s, false
 		if !same {
 			time.Sleep(200 * time.Millisecond) // a few write-back intervals
@@ -192,7 +194,7 @@ func (c fmCell) check(t *testing.T) {
 	}
 	// The instances' OK answers, also those the clients no longer waited
 	// for: Redis's count less what it may hold beyond them.
-	if served := c.raw - int64(c.d.late+c.d.retried+c.d.unsure); b >= 0 && c.scenario != "killed" && served > int64(b) {
+	if served := c.raw - int64(c.d.late+c.d.lateUnsure+c.d.retried+c.d.unsure); b >= 0 && c.scenario != "killed" && served > int64(b) {
 		t.Errorf("%s, %s: Redis counted %d (at least %d answered OK), more than the bound %d", c.mode, c.scenario, c.raw, served, b)
 	}
 	if (c.scenario == "frozen" || c.scenario == "killed") && c.d.degraded == 0 {
@@ -202,16 +204,18 @@ func (c fmCell) check(t *testing.T) {
 	// usage accounting) and the refused calls it ran late; at most the
 	// hits that may be counted twice more.
 	// A call past the client's deadline may have been answered OK (and
-	// counted) by an instance after the client left.
+	// counted) by an instance after the client left. A refused call whose
+	// pipeline timed out (Redis frozen) may have run when Redis resumed,
+	// its reply lost (lateUnsure).
 	lo := int64(c.ok) + int64(c.d.late)
-	hi := lo + int64(c.d.retried+c.d.unsure) + int64(c.timeouts)
+	hi := lo + int64(c.d.lateUnsure+c.d.retried+c.d.unsure) + int64(c.timeouts)
 	if c.scenario == "killed" {
 		// What Redis counted before the kill is lost; calls in flight at
 		// the kill may have been answered by Redis before it died.
-		lo, hi = int64(c.okStarted), int64(c.okAfter)+int64(c.d.late+c.d.retried+c.d.unsure)+int64(c.timeouts)
+		lo, hi = int64(c.okStarted), int64(c.okAfter)+int64(c.d.late+c.d.lateUnsure+c.d.retried+c.d.unsure)+int64(c.timeouts)
 	}
 	if c.raw < lo || c.raw > hi {
-		t.Errorf("%s, %s: Redis counted %d, want %d to %d (OK %d, charged late %d, maybe twice %v)", c.mode, c.scenario, c.raw, lo, hi, c.ok, int64(c.d.late), c.d.retried+c.d.unsure)
+		t.Errorf("%s, %s: Redis counted %d, want %d to %d (OK %d, charged late %d, maybe charged late %v, maybe twice %v)", c.mode, c.scenario, c.raw, lo, hi, c.ok, int64(c.d.late), c.d.lateUnsure, c.d.retried+c.d.unsure)
 	}
 	if c.mode == "deny" {
 		if c.raw > fmL {
@@ -281,5 +285,5 @@ func (c *fmCell) count(ld *load, kill time.Time) {
 
 func (d fmStats) minus(b fmStats) fmStats {
 	return fmStats{redis: d.redis - b.redis, degraded: d.degraded - b.degraded, late: d.late - b.late,
-		retried: d.retried - b.retried, unsure: d.unsure - b.unsure, written: d.written - b.written, overLimit: d.overLimit - b.overLimit}
+		lateUnsure: d.lateUnsure - b.lateUnsure, retried: d.retried - b.retried, unsure: d.unsure - b.unsure, written: d.written - b.written, overLimit: d.overLimit - b.overLimit}
 }

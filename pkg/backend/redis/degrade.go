@@ -79,7 +79,9 @@ func (r *Store) initDegraded(opts Options) error {
 //
 // A request answered by the failure policy or denied by the fallback may
 // still be charged by Redis, when it was sent before its caller left and
-// the script ran: LateCharged counts them. At most the calls in flight
+// the script ran: LateCharged counts them, and LateUnsure those whose
+// pipeline failed in a way that may have let it run (its reply, which
+// would tell, is lost). At most the calls in flight
 // when their callers' deadlines passed can be so charged: no more than
 // the pipelines in flight times the batch size at any instant.
 func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision, err error) (bool, error) {
@@ -128,6 +130,8 @@ func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision
 		if len(count) == 0 {
 			if charged != nil {
 				r.lateCharged.Add(1)
+			} else if c.unsure() {
+				r.lateUnsure.Add(1)
 			}
 			return
 		}

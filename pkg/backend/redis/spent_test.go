@@ -132,3 +132,37 @@ func TestCloseWritesBackPendingHits(t *testing.T) {
 		}
 	})
 }
+
+// A refused call (no fallback, not counted open: failure mode deny) whose
+// pipeline timed out on a frozen Redis may run when Redis resumes, its
+// reply lost: LateUnsure counts it, so that Redis's count stays within what
+// the store reports (the OKs, LateCharged and LateUnsure).
+func TestTimedOutRefusedCallCountedUnsure(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const readTimeout = 50 * time.Millisecond
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), ReadTimeout: readTimeout, WriteTimeout: readTimeout})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100, Window: time.Hour}
+	out := make([]algorithms.Decision, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Apply(ctx, []backend.Item{{Key: "warm", Limit: l, Hits: 1}}, out); err != nil {
+		t.Fatal(err) // loads the script
+	}
+	srv.Pause()
+	_, err := r.Apply(ctx, []backend.Item{{Key: "k", Limit: l, Hits: 1}}, out)
+	srv.Resume()
+	if err == nil {
+		t.Fatal("Apply succeeded on a frozen Redis")
+	}
+	testutil.WaitFor(t, 10*time.Second, "the refused call counted", func() bool { return r.Stats().LateUnsure+r.Stats().LateCharged > 0 })
+	st := r.Stats()
+	if st.LateUnsure != 1 {
+		t.Errorf("LateUnsure %d, want 1 (the pipeline timed out after it was written: %v)", st.LateUnsure, err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "Redis answers", func() bool { return srv.Client().Ping(context.Background()).Err() == nil })
+	n, xerr := srv.Client().Exists(context.Background(), redis.RedisKey("", backend.Item{Key: "k"})).Result()
+	if xerr != nil || uint64(n) > st.LateUnsure+st.LateCharged {
+		t.Errorf("Redis holds %d keys charged by the refused call (%v), more than the %d reported", n, xerr, st.LateUnsure+st.LateCharged)
+	}
+	t.Logf("%v; Redis ran it: %v; stats %+v", err, n == 1, st)
+}

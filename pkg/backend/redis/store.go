@@ -89,6 +89,7 @@ type Store struct {
 	closeWriteBack  time.Duration
 	localDecisions  atomic.Uint64
 	lateCharged     atomic.Uint64
+	lateUnsure      atomic.Uint64
 
 	// evalOnly is set once the server turned out to have no functions
 	// (Redis before 7.0, or FUNCTION not allowed): EVALSHA from then on.
@@ -222,6 +223,11 @@ type Stats struct {
 	// charged anyway: they had been sent before their caller left, and
 	// the script ran. See Store.degrade for the bound.
 	LateCharged uint64
+	// LateUnsure counts requests answered without Redis's decision and
+	// not written back (refused, or failed open uncounted) whose pipeline
+	// failed in a way that may have let Redis run them (a timeout, a lost
+	// connection): Redis may have charged them, and no reply says whether.
+	LateUnsure uint64
 	// WriteBackHits counts hits allowed without Redis (by the fallback
 	// store, or failed open with Options.CountFailedOpen) that were later
 	// charged to Redis (as usage accounting: whether or not they fit);
@@ -256,6 +262,7 @@ func (r *Store) Stats() Stats {
 
 		LocalFallbacks:          r.localDecisions.Load(),
 		LateCharged:             r.lateCharged.Load(),
+		LateUnsure:              r.lateUnsure.Load(),
 		WriteBackHits:           r.wb.written.Load(),
 		WriteBackOverLimit:      r.wb.overLimit.Load(),
 		WriteBackDropped:        r.wb.dropped.Load(),
