@@ -520,3 +520,33 @@ func TestMemoryApplyErrors(t *testing.T) {
 		t.Error("the canceled call was not charged: a limit of 1 allowed twice")
 	}
 }
+
+// TestMemoryRequestSizes: requests on the stack's scratch (up to 4 items),
+// on the pooled one (up to 64) and on allocated space (more) decide as the
+// model does, with keys repeated within a request, over a sequence in which
+// the pool's scratch is reused by requests of other sizes.
+func TestMemoryRequestSizes(t *testing.T) {
+	m, clock := newTestMemory(t)
+	model := storetest.Model{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 40, Window: time.Minute}
+	log := algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Requests: 30, Window: time.Minute}
+	for round := 0; round < 300; round++ {
+		n := []int{1, 3, 4, 5, 17, 64, 65, 100}[rng.IntN(8)]
+		items := make([]backend.Item, n)
+		for i := range items {
+			l := limit
+			if rng.IntN(2) == 0 {
+				l = log
+			}
+			// Few keys, so that items share keys and requests deny.
+			items[i] = backend.Item{Key: fmt.Sprintf("k%d/%s", rng.IntN(12), l.Algorithm), Limit: l, Hits: uint64(rng.IntN(3))}
+		}
+		want, wantOK := model.Apply(items, clock.Now())
+		got, gotOK := apply(t, m, items...)
+		if gotOK != wantOK || !slices.Equal(got, want) {
+			t.Fatalf("round %d, %d items: got %v %+v, model %v %+v", round, n, gotOK, got, wantOK, want)
+		}
+		clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)
+	}
+}
