@@ -113,7 +113,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 		stat("envoy_rls_redis_write_back_unsure_total", "Hits written back of calls whose pipeline failed in a way that may have let Redis run it (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackUnsure }),
 		dropped("buffer_full", func(s redis.Stats) uint64 { return s.WriteBackDropped }),
 		dropped("shutdown", func(s redis.Stats) uint64 { return s.WriteBackDroppedAtClose }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis, or are being written."},
 			func() float64 { return float64(r.Stats().WriteBackPending) }),
 	)
 	reg.MustRegister(

@@ -179,6 +179,10 @@ type writeBack struct {
 	mu   sync.Mutex
 	max  int
 	keys map[string]*backend.Item // hits accumulate per key
+	// inflight counts the keys taken for a flush whose outcome is not
+	// known yet: they are pending until written or put back, so that
+	// "nothing pending" means every hit taken is charged.
+	inflight int
 
 	// written counts the hits charged; overLimit those of them whose
 	// write-back did not fit whole in its limit; dropped those lost to a
@@ -206,13 +210,15 @@ func (w *writeBack) add(it backend.Item) {
 	w.keys[it.Key] = &it
 }
 
+// pending returns the keys whose hits wait to be written back or are
+// being written (taken by a flush not settled yet).
 func (w *writeBack) pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.keys)
+	return len(w.keys) + w.inflight
 }
 
-// take removes up to n waiting items.
+// take removes up to n waiting items; they stay pending until settled.
 func (w *writeBack) take(n int) []backend.Item {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -224,7 +230,16 @@ func (w *writeBack) take(n int) []backend.Item {
 		out = append(out, *it)
 		delete(w.keys, k)
 	}
+	w.inflight += len(out)
 	return out
+}
+
+// settled ends the flight of n items taken: each was written or put back
+// (add) before.
+func (w *writeBack) settled(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight -= n
 }
 
 // flushLoop writes waiting hits back to Redis every WriteBackInterval.
@@ -288,6 +303,7 @@ func (r *Store) flush(ctx, sendCtx context.Context) bool {
 	if len(items) == 0 {
 		return false
 	}
+	defer r.wb.settled(len(items)) // after the failed ones are put back
 	calls := make([]*call, len(items))
 	for i := range items {
 		calls[i] = r.newCall(context.Background(), items[i:i+1])

@@ -43,8 +43,8 @@ func (r *Store) drain(d time.Duration) error {
 	return fmt.Errorf("redis: %d hits of %d keys allowed without Redis were not written back: Redis did not take them within %v of closing", hits, keys, max(d, 0))
 }
 
-// WriteBackPending returns the keys whose hits wait to be written back
-// (Stats.WriteBackPending).
+// WriteBackPending returns the keys whose hits wait to be written back, or
+// are being written (Stats.WriteBackPending).
 func (r *Store) WriteBackPending() int { return r.wb.pending() }
 
 // drop empties the buffer and returns the keys and hits it held.

@@ -234,7 +234,7 @@ type Stats struct {
 	// WriteBackOverLimit those of them in write-backs that did not fit whole
 	// in their limit (charged past it, or as debt); WriteBackDropped the
 	// ones lost because the write-back buffer was full; WriteBackPending
-	// the keys waiting. Two may be counted twice in Redis:
+	// the keys waiting or being written. Two may be counted twice in Redis:
 	// WriteBackRetried counts hits sent again after a write-back failed in
 	// a way that may have let it run (a timeout, a lost connection), and
 	// WriteBackUnsure the hits written back of calls whose own pipeline
