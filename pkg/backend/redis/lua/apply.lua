@@ -394,11 +394,9 @@ local function bucket(req, w, capacity, ki, now, hits, over)
 	return true, floor_u((full - need) / fw), 0, ceil_micros(need / rate), now, 0, 0, need
 end
 
-local function sliding_log(req, w, ki, now, hits, over)
-	local at = s_at[ki]
-	if now < at then
-		now = at
-	end
+-- log_live returns the count of key ki's log entries still in the window
+-- ending at now, and how many entries at its head have left it.
+local function log_live(ki, now, w)
 	local count, drop = s_count[ki], l_drop[ki]
 	local edge = now - w
 	while true do
@@ -409,6 +407,15 @@ local function sliding_log(req, w, ki, now, hits, over)
 		count = count - eh
 		drop = drop + 1
 	end
+	return count, drop
+end
+
+local function sliding_log(req, w, ki, now, hits, over)
+	local at = s_at[ki]
+	if now < at then
+		now = at
+	end
+	local count, drop = log_live(ki, now, w)
 	local left = sub0(req, count)
 	local p = probe(hits)
 	if over or p > left then
@@ -499,16 +506,7 @@ local function force(alg, req, w, ki, now, hits)
 	if now < at then
 		now = at
 	end
-	local count, drop = s_count[ki], l_drop[ki]
-	local edge = now - w
-	while true do
-		local eat, eh = log_at(ki, drop, 1)
-		if not eat or eat > edge then
-			break
-		end
-		count = count - eh
-		drop = drop + 1
-	end
+	local count, drop = log_live(ki, now, w)
 	if count < req then -- room in the log: record the whole charge
 		return now, count + hits, now, drop, true
 	end
