@@ -26,6 +26,7 @@ type referenceMetrics struct {
 	nearRatio float64
 	keys      *cardinality.Cap // bounds the distinct stats keys (request values can enter them)
 	labels    sync.Map         // stats key -> *refSeries
+	overflow  sync.Map         // domain label -> its overflow *refSeries
 }
 
 // MaxReferenceKeys bounds the distinct stats keys of the reference series;
@@ -110,7 +111,13 @@ func (r *referenceMetrics) seriesOf(statsKey string) *refSeries {
 		l[i] = cardinality.Shorten(l[i], cardinality.MaxValueBytes)
 	}
 	if r.keys.Value(key) == cardinality.Overflow {
-		return r.newSeries([3]string{l[0], cardinality.Overflow, ""})
+		// Made once per domain: past the cap every new key of a flood
+		// lands here, and must not cost five label lookups each time.
+		if v, ok := r.overflow.Load(l[0]); ok {
+			return v.(*refSeries)
+		}
+		v, _ := r.overflow.LoadOrStore(strings.Clone(l[0]), r.newSeries([3]string{l[0], cardinality.Overflow, ""}))
+		return v.(*refSeries)
 	}
 	v, _ := r.labels.LoadOrStore(strings.Clone(key), r.newSeries(l))
 	return v.(*refSeries)
