@@ -59,16 +59,6 @@ func (f redisURLFlag) set() bool { return f.url != nil }
 // tls reports whether the URL asks for TLS (rediss://).
 func (f redisURLFlag) tls() bool { return f.url != nil && strings.EqualFold(f.url.Scheme, "rediss") }
 
-// mustRedisURL is a parsed --redis-url for tests and defaults; it panics on
-// a value UnmarshalText refuses.
-func mustRedisURL(s string) redisURLFlag {
-	var f redisURLFlag
-	if err := f.UnmarshalText([]byte(s)); err != nil {
-		panic(err)
-	}
-	return f
-}
-
 // addrList is a comma-separated list of host:port addresses
 // (--redis-sentinel, --redis-cluster), split and checked once when the flag
 // is set. Empty items are dropped.
