@@ -31,7 +31,10 @@ func TestProbeSeesDelay(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for p.Worst() == 0 && time.Now().Before(deadline) {
+	// Poll for both: the probe's delay shows within a tick or two, but the
+	// runtime records a goroutine's wait to run only when it runs again
+	// (and for a sample of transitions), so the histogram may lag.
+	for (p.Worst() == 0 || p.SchedMax() == 0) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(stop)
