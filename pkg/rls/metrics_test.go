@@ -2,12 +2,23 @@ package rls_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -47,5 +58,194 @@ func TestMetricsDomainLabelIsBounded(t *testing.T) {
 		if d == long || strings.HasPrefix(d, "unknown-") {
 			t.Errorf("request-supplied domain %.20q became a label", d)
 		}
+	}
+}
+
+// scrape fetches /metrics over HTTP and parses it.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// value returns the sample of family name whose labels are exactly labels
+// ("k=v" pairs), or -1 when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(labels) {
+			continue
+		}
+		ok := true
+		for _, kv := range labels {
+			k, v, _ := strings.Cut(kv, "=")
+			ok = ok && got[k] == v
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
+
+func TestMetricsAfterAScriptedSequence(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics := rls.NewMetrics(reg)
+	h := start(t, observeYAML, rls.Options{Metrics: metrics})
+	call := func(hits uint64, ds ...string) *rlsv3.RateLimitResponse {
+		d := desc(ds...)
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return h.call(t, "obs", d)
+	}
+	call(3, "user", "u")     // per-user 3/5: within 3, near (3 > 4? no)
+	call(2, "user", "u")     // 5/5: within 2, near: used 5 > threshold 4 -> 1
+	call(4, "user", "u")     // denied: over 4
+	call(10, "api", "k")     // api-second denies 10 > 2: over 10; api-minute allows: within 10
+	call(1, "api", "k")      // both allow
+	call(1, "shadowed", "s") // within 1
+	call(1, "shadowed", "s") // shadow over 1
+	h.call(t, "obs", desc("nothing", "x"))
+	h.call(t, "nope", desc("user", "u"))
+	fams := scrape(t, reg)
+	for _, c := range []struct {
+		name, rule string
+		want       float64
+	}{
+		{"envoy_rls_rule_hits_total", "per-user", 9},
+		{"envoy_rls_rule_within_limit_total", "per-user", 5},
+		{"envoy_rls_rule_near_limit_total", "per-user", 1},
+		{"envoy_rls_rule_over_limit_total", "per-user", 4},
+		{"envoy_rls_rule_hits_total", "api-second", 11},
+		{"envoy_rls_rule_over_limit_total", "api-second", 10},
+		{"envoy_rls_rule_within_limit_total", "api-second", 1},
+		{"envoy_rls_rule_hits_total", "api-minute", 11},
+		{"envoy_rls_rule_within_limit_total", "api-minute", 11},
+		{"envoy_rls_rule_over_limit_total", "api-minute", 0},
+		{"envoy_rls_rule_within_limit_total", "shadowed", 1},
+		{"envoy_rls_rule_shadow_over_limit_total", "shadowed", 1},
+		{"envoy_rls_rule_over_limit_total", "shadowed", 0},
+	} {
+		if got := value(fams, c.name, "domain=obs", "rule="+c.rule); got != c.want {
+			t.Errorf("%s{rule=%q} = %v, want %v", c.name, c.rule, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"envoy_rls_requests_total", []string{"domain=obs", "code=ok"}, 6},
+		{"envoy_rls_requests_total", []string{"domain=obs", "code=over_limit"}, 2},
+		{"envoy_rls_requests_total", []string{"domain=", "code=ok"}, 1},
+		{"envoy_rls_request_duration_seconds", nil, 9},
+		{"envoy_rls_backend_duration_seconds", nil, 7},
+		{"envoy_rls_requests_in_flight", nil, 0},
+	} {
+		if got := value(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	metrics.ConfigLoad(nil)
+	before := time.Now()
+	metrics.ConfigLoad(nil)
+	fams = scrape(t, reg)
+	if ok, ts := value(fams, "envoy_rls_config_last_load_success"), value(fams, "envoy_rls_config_last_success_timestamp_seconds"); ok != 1 || ts < float64(before.Unix()) {
+		t.Errorf("after success: ok %v, time %v", ok, ts)
+	}
+	metrics.ConfigWarnings(3)
+	if got := value(scrape(t, reg), "envoy_rls_config_warnings"); got != 3 {
+		t.Errorf("envoy_rls_config_warnings %v, want 3", got)
+	}
+	metrics.ConfigLoad(io.EOF)
+	fams = scrape(t, reg)
+	if ok, ts := value(fams, "envoy_rls_config_last_load_success"), value(fams, "envoy_rls_config_last_success_timestamp_seconds"); ok != 0 || ts < float64(before.Unix()) {
+		t.Errorf("after error: ok %v, time %v (the last good time stays)", ok, ts)
+	}
+}
+
+func TestBackendErrorsByKind(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := start(t, observeYAML, rls.Options{Metrics: rls.NewMetrics(reg)})
+	h.store.Close()
+	h.call(t, "obs", desc("user", "u"))
+	if got := value(scrape(t, reg), "envoy_rls_backend_errors_total", "kind=error"); got != 1 {
+		t.Errorf("backend errors = %v, want 1", got)
+	}
+}
+
+func TestDetailedMetricSeriesStayUnderTheCap(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := start(t, observeYAML, rls.Options{Metrics: rls.NewMetrics(reg)})
+	const n = 100_000
+	var wg sync.WaitGroup
+	const workers = 8
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				_, err := h.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "obs", Descriptors: []*commonv3.RateLimitDescriptor{desc("client", "c"+strconv.Itoa(i))}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fams := scrape(t, reg)
+	f := fams["envoy_rls_rule_hits_total"]
+	if f == nil || len(f.Metric) != rls.MaxRuleSeries+1 {
+		t.Fatalf("hits series = %d, want %d (the cap) + 1 overflow", len(f.GetMetric()), rls.MaxRuleSeries)
+	}
+	var total float64
+	for _, m := range f.Metric {
+		total += m.Counter.GetValue()
+	}
+	if total != n {
+		t.Errorf("hits counted %v, want %d: the overflow series must keep the count", total, n)
+	}
+	if got := value(fams, "envoy_rls_rule_hits_total", "domain=obs", "rule=__overflow__"); got != n-rls.MaxRuleSeries {
+		t.Errorf("overflow series = %v, want %d", got, n-rls.MaxRuleSeries)
+	}
+	if got := value(fams, "envoy_rls_metric_label_overflow_total", "metric=envoy_rls_rule"); got != n-rls.MaxRuleSeries {
+		t.Errorf("overflow counter = %v", got)
+	}
+	// The decisions' descriptor label holds the values too: capped alike.
+	if d := fams["envoy_rls_limit_decisions_total"]; d == nil || len(d.Metric) != rls.MaxRuleSeries+1 {
+		t.Errorf("decision series = %d, want %d (the cap) + 1 overflow", len(d.GetMetric()), rls.MaxRuleSeries)
+	}
+	if got := value(fams, "envoy_rls_metric_label_overflow_total", "metric=envoy_rls_limit_decisions"); got != n-rls.MaxRuleSeries {
+		t.Errorf("decision overflow counter = %v", got)
+	}
+	if got := value(fams, "envoy_rls_rule_hits_total", "domain=obs", "rule=client_c7"); got != 1 {
+		t.Errorf("an admitted value's series = %v", got)
 	}
 }
