@@ -103,6 +103,19 @@ type Store interface {
 	Close() error
 }
 
+// NeverWaits is implemented by a Store whose Apply never waits (no I/O, no
+// lock held across I/O: it decides from state in this process in
+// microseconds) and therefore ignores its context. A caller need not give
+// such a store's calls a deadline of their own: pkg/rls passes the caller's
+// context as it is, where it makes a context with a timer (the call's
+// budget) for any other store. A type that embeds such a store and waits
+// in its own Apply must not promote the method.
+type NeverWaits interface {
+	Store
+	// NeverWaits marks the store; it does nothing.
+	NeverWaits()
+}
+
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("backend: store is closed")
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -53,22 +54,31 @@ func benchRequests(key string, n int) []*rlsv3.RateLimitRequest {
 }
 
 // BenchmarkShouldRateLimit measures the service without gRPC: validation,
-// matching, key building, the memory store and the response.
+// matching, key building, the memory store and the response. The
+// "deadline" case calls with a deadline, as Envoy does (its filter's
+// timeout) and as gRPC passes it on.
 func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, bc := range []struct {
-		name string
-		key  string
-		keys int
+		name     string
+		key      string
+		keys     int
+		deadline bool
 	}{
-		{"hot_key", "user", 1},
-		{"10k_keys", "user", 10_000},
-		{"composite_3_limits", "api", 10_000},
+		{"hot_key", "user", 1, false},
+		{"10k_keys", "user", 10_000, false},
+		{"10k_keys_deadline", "user", 10_000, true},
+		{"composite_3_limits", "api", 10_000, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			svc := benchService(b)
 			reqs := benchRequests(bc.key, bc.keys)
 			var next atomic.Int64
 			ctx := context.Background()
+			if bc.deadline {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Hour)
+				defer cancel()
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {

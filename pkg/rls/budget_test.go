@@ -4,6 +4,14 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
 func TestAnswerMargin(t *testing.T) {
@@ -75,5 +83,72 @@ func TestBudget(t *testing.T) {
 		return c.Deadline()
 	}(); ok {
 		t.Error("a deadline with neither a caller deadline nor a backend timeout")
+	}
+}
+
+// deadlineStore decides with a real memory store and records the deadline
+// of the context each call gets. It does not embed the memory store, whose
+// NeverWaits it would take: the service treats it as any store that may
+// wait.
+type deadlineStore struct {
+	m        *memory.Store
+	deadline time.Time
+	has      bool
+}
+
+func (d *deadlineStore) Apply(ctx context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	d.deadline, d.has = ctx.Deadline()
+	return d.m.Apply(ctx, items, out)
+}
+
+func (d *deadlineStore) Close() error { return d.m.Close() }
+
+// neverWaitsStore is a deadlineStore that says it never waits, as the
+// memory store does.
+type neverWaitsStore struct{ *deadlineStore }
+
+func (neverWaitsStore) NeverWaits() {}
+
+// TestStoreThatNeverWaitsRunsUnderTheCallersContext: a store that may wait
+// gets the call's budget (the caller's deadline less the answer margin); a
+// store that never waits (backend.NeverWaits) gets the caller's context as
+// it is, with no context (and timer) made per call.
+func TestStoreThatNeverWaitsRunsUnderTheCallersContext(t *testing.T) {
+	var _ backend.NeverWaits = (*memory.Store)(nil)
+	cfg, err := descriptors.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{
+		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}},
+	}}}
+	caller := time.Now().Add(time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), caller)
+	defer cancel()
+	for _, tc := range []struct {
+		name  string
+		never bool
+		want  time.Time
+	}{
+		{"may wait", false, caller.Add(-MaxAnswerMargin)},
+		{"never waits", true, caller},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := memory.New()
+			defer m.Close()
+			rec := &deadlineStore{m: m}
+			var store backend.Store = rec
+			if tc.never {
+				store = neverWaitsStore{rec}
+			}
+			s := New(store, cfg, Options{})
+			resp, err := s.ShouldRateLimit(ctx, req)
+			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("ShouldRateLimit: %v, %v", resp, err)
+			}
+			if !rec.has || !rec.deadline.Equal(tc.want) {
+				t.Errorf("the store's deadline: %v (set: %v), want %v", rec.deadline, rec.has, tc.want)
+			}
+		})
 	}
 }

@@ -190,6 +190,9 @@ type scratch struct {
 	charged [inlineItems]bool
 }
 
+// NeverWaits implements backend.NeverWaits: Apply ignores its context.
+func (m *Store) NeverWaits() {}
+
 // Apply implements backend.Store. See Store for its guarantees. It returns
 // backend.ErrClosed after Close and an error when out is shorter than items.
 //
