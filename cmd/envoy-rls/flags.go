@@ -39,6 +39,7 @@ type options struct {
 	NearLimitRatio  float64
 
 	GRPCMaxConcurrentStreams  int
+	GRPCStreamWorkers         int
 	GRPCMaxRecvMsgSize        byteSize
 	GRPCMaxConnectionAge      time.Duration
 	GRPCMaxConnectionAgeGrace time.Duration
@@ -99,6 +100,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
 	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return dynamic_metadata as the reference does with RESPONSE_DYNAMIC_METADATA=true: domain, descriptors, hitsAddend and the metadata of the passed descriptors")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
+	fs.IntVar(&o.GRPCStreamWorkers, "grpc-stream-workers", defaultGRPCStreamWorkers, "goroutines that run gRPC calls one after another, sparing each call a new goroutine and the growth of its stack; a call finding all busy gets its own goroutine (0: a goroutine per call)")
 	o.GRPCMaxRecvMsgSize = defaultGRPCMaxRecvMsgSize
 	fs.TextVar(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", &o.GRPCMaxRecvMsgSize, "largest gRPC request accepted (larger ones get RESOURCE_EXHAUSTED), e.g. 64KiB; bounds request memory to about this times --grpc-max-concurrent-streams per connection")
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
@@ -142,6 +144,9 @@ func (o *options) validate() error {
 	}
 	if o.GRPCMaxConcurrentStreams < 1 {
 		errs = append(errs, errors.New("--grpc-max-concurrent-streams must be at least 1"))
+	}
+	if o.GRPCStreamWorkers < 0 || o.GRPCStreamWorkers > maxGRPCStreamWorkers {
+		errs = append(errs, fmt.Errorf("--grpc-stream-workers must be 0 to %d", maxGRPCStreamWorkers))
 	}
 	if o.GRPCMaxConnections < 1 {
 		errs = append(errs, errors.New("--grpc-max-connections must be at least 1"))

@@ -15,6 +15,7 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	t.Setenv("ENVOY_RLS_GRPC_ADDR", ":9999")
 	t.Setenv("ENVOY_RLS_GRPC_MAX_CONNECTIONS", "12")
 	t.Setenv("ENVOY_RLS_GRPC_MAX_CONNECTION_IDLE", "90s")
+	t.Setenv("ENVOY_RLS_GRPC_STREAM_WORKERS", "0")
 	o, err := parseServe([]string{"--grpc-addr", "127.0.0.1:1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -22,8 +23,8 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	if o.Config != "/etc/rls" || o.Backend != "redis" || o.BackendTimeout != 25*time.Millisecond {
 		t.Fatalf("environment not applied: %+v", o)
 	}
-	if o.GRPCMaxConnections != 12 || o.GRPCMaxConnectionIdle != 90*time.Second {
-		t.Fatalf("connection bounds from the environment: %d, %v", o.GRPCMaxConnections, o.GRPCMaxConnectionIdle)
+	if o.GRPCMaxConnections != 12 || o.GRPCMaxConnectionIdle != 90*time.Second || o.GRPCStreamWorkers != 0 {
+		t.Fatalf("gRPC bounds from the environment: %d, %v, %d workers", o.GRPCMaxConnections, o.GRPCMaxConnectionIdle, o.GRPCStreamWorkers)
 	}
 	if o.GRPCAddr != "127.0.0.1:1" {
 		t.Fatalf("command line must win over the environment: %q", o.GRPCAddr)
@@ -50,6 +51,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--config", "x", "--max-keys", "0"}, "--max-keys"},
 		{[]string{"--config", "x", "--grpc-max-connections", "0"}, "--grpc-max-connections must be at least 1"},
 		{[]string{"--config", "x", "--http-max-connections", "-1"}, "--http-max-connections must be at least 1"},
+		{[]string{"--config", "x", "--grpc-stream-workers", "-1"}, "--grpc-stream-workers must be 0 to 65536"},
+		{[]string{"--config", "x", "--grpc-stream-workers", "65537"}, "--grpc-stream-workers must be 0 to 65536"},
 		{[]string{"--config", "x", "--grpc-max-connection-idle", "0s"}, "--grpc-max-connection-idle must be positive"},
 		{[]string{"--config", "x", "--log-level", "loud"}, "--log-level"},
 		{[]string{"--config", "x", "stray"}, "unexpected argument"},
