@@ -6,6 +6,8 @@
 //   - redis: envoy-rls on a redis-server it starts itself;
 //   - reference: envoyproxy/ratelimit on its own redis-server, when
 //     --ref-bin (REF_BIN) names a built binary;
+//   - redis-b, when --systems names it: envoy-rls on its own redis-server
+//     with --redis-b-bin and --redis-b-args (an A/B run beside redis);
 //
 // then drives each with the same load from envoy-rls-load, system after
 // system in alternating rounds, and prints per scenario one table: the
@@ -50,6 +52,9 @@ type options struct {
 	keys        []int
 	systems     []string
 	extraArgs   string
+	binB        string // redis-b's envoy-rls (empty: the same binary)
+	verbose     bool
+	extraArgsB  string
 }
 
 func main() {
@@ -79,6 +84,9 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&keys, "keys", "10000,1", "scenarios: distinct descriptor values (1 = one hot key), comma-separated")
 	fs.StringVar(&systems, "systems", "floor,memory,redis,reference", "systems to run (reference only with --ref-bin)")
 	fs.StringVar(&o.extraArgs, "redis-args", "", "extra flags for envoy-rls on Redis, space-separated (e.g. --redis-batch-window=50us)")
+	fs.StringVar(&o.binB, "redis-b-bin", "", "system redis-b (A/B runs): this envoy-rls binary on its own redis-server (empty: the same binary as redis)")
+	fs.StringVar(&o.extraArgsB, "redis-b-args", "", "extra flags for redis-b, space-separated")
+	fs.BoolVar(&o.verbose, "v", false, "print every round's figures to stderr as it ends")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -95,7 +103,7 @@ func parse(args []string) (options, error) {
 	for _, s := range strings.Split(systems, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "floor", "memory", "redis":
+		case "floor", "memory", "redis", "redis-b":
 		case "reference":
 			if o.refBin == "" {
 				continue
@@ -212,6 +220,10 @@ func run(o options, out io.Writer) error {
 					return err
 				}
 				samples[s.name] = append(samples[s.name], sm)
+				if o.verbose {
+					fmt.Fprintf(os.Stderr, "round %d %-9s %8.0f req/s  server %5.1f µs/req  redis cpu %5.2f µs/req  trips %.3f/req\n",
+						r+1, s.name, sm.rps, sm.serverCPU, sm.redisCPU, sm.redisTrips)
+				}
 			}
 		}
 		report(out, o, keys, systems, samples)

@@ -53,20 +53,31 @@ func start(o options, name, work, cfg string) (*system, error) {
 	switch name {
 	case "floor":
 		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), "--addr", addr)
-	case "memory", "redis":
+	case "memory", "redis", "redis-b":
 		args := []string{"serve", "--config", cfg, "--grpc-addr", addr, "--http-addr", "",
 			"--watch-config=false", "--log-level", "warn", "--backend-timeout", "1s"}
-		if name == "redis" {
+		bin := filepath.Join(o.binDir, "envoy-rls")
+		if name != "memory" {
 			if s.redis, err = startRedis(o, work, name); err != nil {
 				return s, err
 			}
+			extra := strings.Fields(o.extraArgs)
+			if name == "redis-b" {
+				extra = strings.Fields(o.extraArgsB)
+				if o.binB != "" {
+					bin = o.binB
+				}
+			}
 			args = append(args, "--backend", "redis", "--redis-url", "redis://"+s.redis.addr+"/0")
-			args = append(args, strings.Fields(o.extraArgs)...)
-			s.notes = "envoy-rls " + strings.Join(args[len(args)-len(strings.Fields(o.extraArgs))-4:], " ")
+			args = append(args, extra...)
+			s.notes = filepath.Base(bin) + " " + strings.Join(args[len(args)-len(extra)-4:], " ")
+			if name == "redis-b" {
+				s.notes = bin + " " + strings.Join(args[len(args)-len(extra)-4:], " ")
+			}
 		} else {
 			args = append(args, "--backend", "memory")
 		}
-		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls"), args...)
+		cmd = exec.Command(bin, args...)
 	case "reference":
 		if s.redis, err = startRedis(o, work, name); err != nil {
 			return s, err
