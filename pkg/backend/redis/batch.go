@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,86 +75,153 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 	return c
 }
 
-// collect forms batches of queued calls and hands each to a worker, as long
-// as fewer than cap(sem) pipelines are in flight.
-func (r *Store) collect() {
+// enqueue adds c to the calls waiting for a pipeline and, when a worker is
+// idle, wakes one. Under load every worker is busy and takes the waiting
+// calls itself when its pipeline returns, so a request costs no goroutine
+// wake-up besides its own (a collector goroutine between the callers and
+// the workers used to add one per batch, and a channel operation per
+// request). It reports false when the store is closing.
+func (r *Store) enqueue(c *call) bool {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return false
+	}
+	r.pending = append(r.pending, c)
+	r.pendingCmds += len(c.groups)
+	wake := r.idle > 0
+	if wake {
+		r.idle--
+	}
+	full := r.window > 0 && r.pendingCmds >= r.batchSize
+	r.mu.Unlock()
+	if wake {
+		r.wake <- struct{}{} // room for every worker: never blocks
+	}
+	if full {
+		select {
+		case r.full <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// unqueue takes c back from the waiting calls, for a caller that leaves
+// before its deadline: it reports false when a worker has taken c already
+// (c is then in a pipeline, or about to be).
+func (r *Store) unqueue(c *call) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c.taken {
+		return false
+	}
+	i := slices.Index(r.pending, c)
+	if i < 0 {
+		return false // resolved by Close
+	}
+	r.pending = slices.Delete(r.pending, i, i+1)
+	r.pendingCmds -= len(c.groups)
+	return true
+}
+
+// worker runs batches of the waiting calls, one pipeline at a time, until
+// the store closes. When its pipeline returns it takes the calls that
+// arrived meanwhile (up to BatchSize script calls) and sends them at once,
+// so batches grow with the load; it sleeps only when no call waits. The
+// store keeps one worker per pipeline in flight (Options.Pipelines), for
+// the store's life, so their stacks, grown once, stay grown (a goroutine
+// per batch spent about a tenth of the store's CPU growing its stack).
+func (r *Store) worker() {
 	defer r.wg.Done()
+	var batch []*call
 	var timer *time.Timer
 	for {
-		var first *call
-		select {
-		case first = <-r.queue:
-		case <-r.stop:
-			return
+		r.mu.Lock()
+		for len(r.pending) == 0 {
+			if r.stopped {
+				r.mu.Unlock()
+				return
+			}
+			r.idle++
+			r.mu.Unlock()
+			select {
+			case <-r.wake: // enqueue counted this worker out of idle
+			case <-r.stop:
+				return
+			}
+			r.mu.Lock()
 		}
-		// Wait for a free connection; calls queue up meanwhile and join
-		// this batch.
+		r.mu.Unlock()
+		// A pipeline slot (a write-back flush may hold one); calls that
+		// arrive meanwhile join this batch.
 		select {
 		case r.sem <- struct{}{}:
 		case <-r.stop:
-			r.unsent([]*call{first})
 			return
 		}
-		batch := []*call{first}
-		cmds := len(first.groups)
-		if r.window > 0 && cmds < r.batchSize {
-			if timer == nil {
-				timer = time.NewTimer(r.window)
-			} else {
-				timer.Reset(r.window)
+		if r.window > 0 {
+			select {
+			case <-r.full: // left from an earlier batch
+			default:
 			}
-		wait:
-			for cmds < r.batchSize {
+			r.mu.Lock()
+			short := r.pendingCmds < r.batchSize
+			r.mu.Unlock()
+			if short {
+				if timer == nil {
+					timer = time.NewTimer(r.window)
+				} else {
+					timer.Reset(r.window)
+				}
 				select {
-				case c := <-r.queue:
-					batch = append(batch, c)
-					cmds += len(c.groups)
 				case <-timer.C:
-					break wait
+				case <-r.full:
+					timer.Stop()
 				case <-r.stop:
 					<-r.sem
-					r.unsent(batch)
 					return
 				}
 			}
-			timer.Stop()
 		}
-	drain:
-		for cmds < r.batchSize {
-			select {
-			case c := <-r.queue:
-				batch = append(batch, c)
-				cmds += len(c.groups)
-			default:
-				break drain
-			}
+		batch = r.take(batch[:0])
+		if len(batch) > 0 {
+			r.run(batch)
+			clear(batch) // the calls are done: keep no references
 		}
+		<-r.sem
 		select {
-		case r.work <- batch:
 		case <-r.stop:
-			<-r.sem
-			r.unsent(batch)
+			// The calls still waiting are resolved by Close.
 			return
+		default:
 		}
 	}
 }
 
-// worker runs the batches collect hands it, releasing their pipeline
-// slot after each. The store keeps one worker per pipeline slot, so a
-// batch never waits for one, and their stacks, grown once, stay grown (a
-// goroutine per batch spent about a tenth of the store's CPU growing its
-// stack).
-func (r *Store) worker() {
-	defer r.wg.Done()
-	for {
-		select {
-		case batch := <-r.work:
-			r.run(batch)
-			<-r.sem
-		case <-r.stop:
-			return
-		}
+// take appends to batch the oldest waiting calls, up to BatchSize script
+// calls (at least one call), and wakes an idle worker for the rest.
+func (r *Store) take(batch []*call) []*call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, cmds := 0, 0
+	for n < len(r.pending) && cmds < r.batchSize {
+		cmds += len(r.pending[n].groups)
+		n++
 	}
+	for _, c := range r.pending[:n] {
+		c.taken = true
+	}
+	batch = append(batch, r.pending[:n]...)
+	m := copy(r.pending, r.pending[n:])
+	clear(r.pending[m:])
+	r.pending = r.pending[:m]
+	r.pendingCmds -= cmds
+	if m > 0 && r.idle > 0 {
+		r.idle--
+		r.wake <- struct{}{}
+	}
+	return batch
 }
 
 // run sends batch as one pipeline of script calls (see send), then
@@ -241,12 +309,10 @@ func (r *Store) send(ctx context.Context, live []*call) (failed bool) {
 	}
 
 	evalsha := r.evalOnly.Load()
-	pipe := r.client.Pipeline()
 	for _, sc := range calls {
 		sc.cmd = sc.command(ctx, evalsha, false)
-		_ = pipe.Process(ctx, sc.cmd)
 	}
-	_, _ = pipe.Exec(ctx) // errors are in the cmds
+	r.exec(ctx, calls)
 	r.roundTrips.Add(1)
 	r.scriptCalls.Add(uint64(len(calls)))
 
@@ -270,12 +336,10 @@ func (r *Store) send(ctx context.Context, live []*call) (failed bool) {
 				r.evalOnly.Store(true)
 			}
 		}
-		pipe := r.client.Pipeline()
 		for _, sc := range again {
 			sc.cmd = sc.command(ctx, false, source)
-			_ = pipe.Process(ctx, sc.cmd)
 		}
-		_, _ = pipe.Exec(ctx)
+		r.exec(ctx, again)
 		r.roundTrips.Add(1)
 		r.scriptCalls.Add(uint64(len(again)))
 		r.reloads.Add(1)
@@ -290,6 +354,23 @@ func (r *Store) send(ctx context.Context, live []*call) (failed bool) {
 		}
 	}
 	return failed
+}
+
+// exec sends the script calls in one round trip; their errors are in
+// their commands. One call on a standalone or Sentinel server (every batch
+// there) is sent as a plain command: go-redis's pipeline machinery costs
+// more for one command. A Cluster's calls go in a pipeline, which reaches
+// each slot's node.
+func (r *Store) exec(ctx context.Context, calls []*scriptCall) {
+	if len(calls) == 1 && !r.cluster {
+		_ = r.client.Process(ctx, calls[0].cmd)
+		return
+	}
+	pipe := r.client.Pipeline()
+	for _, sc := range calls {
+		_ = pipe.Process(ctx, sc.cmd)
+	}
+	_, _ = pipe.Exec(ctx)
 }
 
 // notRun reports whether err says that a script call was refused before it

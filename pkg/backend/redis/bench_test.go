@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,7 +55,9 @@ func readRedisCost(tb testing.TB, rc *goredis.Client) redisCost {
 // goroutines per CPU (as many concurrent gRPC calls would) and reports,
 // per request: Redis round trips, script calls, the script's time in Redis
 // (INFO commandstats: redis-µs/op) and the redis-server process's CPU
-// (redis-cpu-µs/op, which adds reading and answering the connections).
+// (redis-cpu-µs/op, which adds reading and answering the connections), and
+// this process's CPU (cpu-µs/op: the store, go-redis and the goroutines'
+// wake-ups).
 func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i uint64) string) {
 	srv := redistest.StartStandalone(b)
 	rc := srv.Client()
@@ -66,7 +69,7 @@ func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i
 	redisApply(b, r, backend.Item{Key: "warm", Limit: l, Hits: 1})
 	b.ReportAllocs()
 	b.SetParallelism(64)
-	before, cost0 := r.Stats(), readRedisCost(b, rc)
+	before, cost0, cpu0 := r.Stats(), readRedisCost(b, rc), processCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		items := []backend.Item{{Limit: l, Hits: 1}}
@@ -86,8 +89,9 @@ func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d requests failed", n)
 	}
-	st, cost1 := r.Stats(), readRedisCost(b, rc)
+	st, cost1, cpu1 := r.Stats(), readRedisCost(b, rc), processCPU(b)
 	reqs := float64(st.Requests - before.Requests)
+	b.ReportMetric((cpu1-cpu0)/reqs, "cpu-µs/op")
 	b.ReportMetric(float64(st.RoundTrips-before.RoundTrips)/reqs, "roundtrips/op")
 	b.ReportMetric(float64(st.ScriptCalls-before.ScriptCalls)/reqs, "scripts/op")
 	b.ReportMetric((cost1.cmdUsec-cost0.cmdUsec)/reqs, "redis-µs/op")
@@ -97,6 +101,18 @@ func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i
 	} else if denied.Load() > 0 {
 		b.Fatalf("%d requests denied by a limit no run reaches", denied.Load())
 	}
+}
+
+// processCPU is the CPU time (user and system) this process has used, in
+// µs: the store's cost per request, apart from Redis's, when divided by the
+// requests (the benchmark's own loop adds little).
+func processCPU(tb testing.TB) float64 {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 }
 
 // bigLimit never denies in a benchmark.
@@ -205,7 +221,7 @@ func benchRedisItems(b *testing.B, n int) {
 	var failed atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(64)
-	before, cost0 := r.Stats(), readRedisCost(b, rc)
+	before, cost0, cpu0 := r.Stats(), readRedisCost(b, rc), processCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		items := make([]backend.Item, n)
@@ -225,8 +241,9 @@ func benchRedisItems(b *testing.B, n int) {
 	if f := failed.Load(); f > 0 {
 		b.Fatalf("%d requests failed or were denied", f)
 	}
-	st, cost1 := r.Stats(), readRedisCost(b, rc)
+	st, cost1, cpu1 := r.Stats(), readRedisCost(b, rc), processCPU(b)
 	reqs := float64(st.Requests - before.Requests)
+	b.ReportMetric((cpu1-cpu0)/reqs, "cpu-µs/op")
 	b.ReportMetric(float64(st.ScriptCalls-before.ScriptCalls)/reqs, "scripts/op")
 	b.ReportMetric((cost1.cmdUsec-cost0.cmdUsec)/reqs, "redis-µs/op")
 	b.ReportMetric((cost1.cpuUsec-cost0.cpuUsec)/reqs, "redis-cpu-µs/op")

@@ -12,6 +12,7 @@ type call struct {
 	ctx    context.Context
 	now    int64 // the requests' now in ARGV (-1: Redis's TIME)
 	whole  bool  // false: the request is split across Cluster slots
+	taken  bool  // a worker took it for a pipeline (under Store.mu)
 	groups []group
 	err    error         // set before done is closed when the call was not sent
 	done   chan struct{} // closed when every group has its result

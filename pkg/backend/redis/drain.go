@@ -69,15 +69,14 @@ func (r *Store) unsent(calls []*call) {
 	}
 }
 
-// unsentQueued resolves the calls still queued when the store closed (see
-// unsent). Close calls it once collect has returned.
+// unsentQueued resolves the calls still waiting for a pipeline when the
+// store closed (see unsent), and makes enqueue refuse new ones. Close calls
+// it once the workers have returned.
 func (r *Store) unsentQueued() {
-	for {
-		select {
-		case c := <-r.queue:
-			r.unsent([]*call{c})
-		default:
-			return
-		}
-	}
+	r.mu.Lock()
+	r.stopped = true
+	calls := r.pending
+	r.pending, r.pendingCmds = nil, 0
+	r.mu.Unlock()
+	r.unsent(calls)
 }

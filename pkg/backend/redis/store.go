@@ -63,9 +63,16 @@ type Store struct {
 
 	window    time.Duration
 	batchSize int
-	queue     chan *call
 	sem       chan struct{} // one token per pipeline in flight
-	work      chan []*call  // batches from collect to the workers
+
+	// The calls waiting for a pipeline (see enqueue and worker).
+	mu          sync.Mutex
+	pending     []*call
+	pendingCmds int           // their script calls (groups)
+	idle        int           // workers waiting for wake
+	stopped     bool          // Close resolved the pending calls: refuse more
+	wake        chan struct{} // one token per idle worker to wake
+	full        chan struct{} // BatchWindow: pendingCmds reached batchSize
 
 	deny      *otter.Cache[string, denial] // nil when disabled
 	denyClock backend.Clock
@@ -153,7 +160,8 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	}
 	workers = min(workers, poolSize)
 	r.sem = make(chan struct{}, workers)
-	r.queue = make(chan *call, 4*r.batchSize)
+	r.wake = make(chan struct{}, workers)
+	r.full = make(chan struct{}, 1)
 	if err := r.initDegraded(opts); err != nil {
 		client.Close()
 		return nil, err
@@ -174,9 +182,7 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 			}),
 		})
 	}
-	r.work = make(chan []*call)
-	r.wg.Add(2 + workers)
-	go r.collect()
+	r.wg.Add(1 + workers)
 	go r.flushLoop()
 	for range workers {
 		go r.worker()
@@ -274,7 +280,7 @@ func (r *Store) Stats() Stats {
 }
 
 // Close stops the store: calls waiting for a pipeline return backend.ErrClosed,
-// pipelines in flight finish (within the client's read timeout), the hits
+// pipelines in flight finish (within the client's read timeout) and answer their callers, the hits
 // still waiting to be written back are written back for at most
 // Options.CloseWriteBack (see drain), and the connections close. Apply
 // returns backend.ErrClosed afterwards. Its error names the hits that could
@@ -367,18 +373,16 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 	return backend.Verdict(items, out[:n]), nil
 }
 
-// do queues c for a pipeline and waits until it has run, ctx ends or the
-// store closes. A caller that leaves before the call has run abandons it
-// (see call); a call that could not even be queued is resolved at once as
-// not charged.
+// do queues c for a pipeline and waits until it has run or ctx ends. A
+// caller that leaves before the call has run abandons it (see call); a call
+// that no worker has taken yet is taken back and resolved at once as not
+// charged, as is one that could not be queued. Close needs no case of its
+// own here: it resolves the calls still queued (backend.ErrClosed), and
+// waits for the pipelines in flight, which resolve theirs. (A third case
+// in the select, on a channel every caller shares, cost each request
+// another lock of that channel when it parks and when it wakes.)
 func (r *Store) do(c *call) error {
-	select {
-	case r.queue <- c:
-	case <-c.ctx.Done():
-		c.state, c.resolved = abandoned, true
-		r.notSent.Add(1)
-		return fmt.Errorf("redis: not sent, the queue stayed full until the deadline: %w", c.ctx.Err())
-	case <-r.stop:
+	if !r.enqueue(c) {
 		c.state, c.resolved = abandoned, true
 		return backend.ErrClosed
 	}
@@ -386,12 +390,13 @@ func (r *Store) do(c *call) error {
 	case <-c.done:
 		return c.err
 	case <-c.ctx.Done():
+		if r.unqueue(c) {
+			c.state, c.resolved = abandoned, true
+			r.notSent.Add(1)
+			return fmt.Errorf("redis: not sent, no pipeline was free before the deadline: %w", c.ctx.Err())
+		}
 		if c.abandon() {
 			return c.ctx.Err()
-		}
-	case <-r.stop:
-		if c.abandon() {
-			return backend.ErrClosed
 		}
 	}
 	<-c.done // the worker finished as the caller was leaving
