@@ -72,16 +72,55 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port for a server started within the next
+// minute. A port merely listened on and closed again is the next pick of
+// another bind to port 0 about once in 7,000 (a test of another package
+// running meanwhile, or the next call here): the server started on it then
+// fails with "address already in use". So the port's side of a connection
+// to it is left in TIME_WAIT, which keeps the kernel from picking it for
+// anyone for a minute, while a server binding it explicitly with
+// SO_REUSEADDR (Go's net.Listen, redis-server) may; and no port is handed
+// out twice. The module's internal/testutil.FreePort does the same (this
+// module cannot import it).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			l.Close()
+			t.Fatal(err)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			c.Close()
+			l.Close()
+			t.Fatal(err)
+		}
+		s.Close() // the port's side closes first: it stays in TIME_WAIT
+		_, _ = io.Copy(io.Discard, c)
+		c.Close()
+		l.Close()
+		handedOutMu.Lock()
+		fresh := !handedOut[port]
+		handedOut[port] = true
+		handedOutMu.Unlock()
+		if fresh {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port that was not handed out already")
+	return 0
 }
+
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
 
 // startRedis starts a private redis-server on a free loopback port and
 // returns its address.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,16 +17,15 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
+// freeAddr returns a loopback address for a server started within the next
+// minute, which no other test picks meanwhile (see testutil.FreePort).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testutil.FreeAddr(t)
 }
 
 // On shutdown, GET /healthz must fail at once, while calls in flight are

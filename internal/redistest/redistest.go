@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // startTimeout bounds how long a server may take to answer PING, and a
@@ -85,7 +87,7 @@ func startServer(tb testing.TB, name string, conf func(port int) string, extra [
 	dir := tb.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 20; attempt++ {
-		port, err := freePort(cluster)
+		port, err := freePort(tb, cluster)
 		if err != nil {
 			lastErr = err
 			continue
@@ -136,29 +138,21 @@ func Binary(tb testing.TB) string {
 	return ""
 }
 
-// freePort returns a loopback TCP port that was free a moment ago. With
-// cluster set, port+10000 was free too and the port is below 55536.
-func freePort(cluster bool) (int, error) {
+// freePort returns a loopback TCP port for a server started now, which no
+// other test picks meanwhile (see testutil.ReservePort). With cluster set,
+// port+10000 (the cluster bus) is reserved too and the port is below 55536.
+func freePort(tb testing.TB, cluster bool) (int, error) {
 	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
+		port := testutil.FreePort(tb)
 		if !cluster {
-			l.Close()
 			return port, nil
 		}
 		if port+10000 > 65535 {
-			l.Close()
 			continue
 		}
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		l.Close()
-		if err != nil {
+		if _, err := testutil.ReservePort(port + 10000); err != nil {
 			continue
 		}
-		bus.Close()
 		return port, nil
 	}
 	return 0, errors.New("no free port pair for a cluster node")

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // binary is the envoy-rls binary built for this test run.
@@ -64,15 +65,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port for a server started within the next
+// minute, which no other test picks meanwhile (see testutil.FreePort).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testutil.FreePort(t)
 }
 
 // proc is a running envoy-rls.
