@@ -25,8 +25,11 @@ const (
 	// when Options.BatchSize is zero.
 	DefaultBatchSize = 64
 	// DefaultPipelines is the most pipelines in flight when
-	// Options.Pipelines is zero.
-	DefaultPipelines = 2
+	// Options.Pipelines is zero: one, so that every request that arrives
+	// during a round trip goes in the next one (under make bench's load,
+	// 0.08 round trips per request against 0.14 with two, and less CPU
+	// per request in Redis and in the server).
+	DefaultPipelines = 1
 	// DefaultLocalDenyCacheSize is the most keys the local deny cache holds
 	// when Options.LocalDenyCacheSize is zero.
 	DefaultLocalDenyCacheSize = 100_000
