@@ -17,11 +17,28 @@
 // Time a goroutine spends blocked (on a channel, a mutex, I/O) is not in
 // it, so a bound built from these measures still fails when the code under
 // test holds a goroutine.
+//
+// Neither sees everything, though. The runtime records one in eight of a
+// goroutine's waits to run (runtime.gTrackingPeriod), so the one call a
+// test times is usually not in the histogram. And on a machine whose CPUs
+// other processes keep busy, the kernel stops and resumes this process's
+// threads one by one: a goroutine whose thread waits for a CPU is
+// "running" for the Go scheduler (no wait recorded), while the probe,
+// woken on another thread, runs on time. So a third measure is the time
+// the process's threads spent runnable but waiting for a CPU, the
+// kernel's schedstat run_delay of each thread (Linux; zero elsewhere),
+// summed over the threads: RunDelay. It caught what the other two missed:
+// a Sentinel call returned 92 ms after its 200 ms deadline with the probe
+// at 1 ms and the histogram at 0, while two busy loops ran beside the
+// tests.
 package schedprobe
 
 import (
+	"bytes"
 	"math"
+	"os"
 	"runtime/metrics"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,14 +59,16 @@ type Probe struct {
 	stop  chan struct{}
 	done  sync.WaitGroup
 	start *metrics.Float64Histogram // the latencies when the probe started
+	delay map[string]int64          // each thread's run_delay (ns) when the probe started
 
 	stopOnce sync.Once
 	sched    time.Duration // SchedMax at Stop
+	run      time.Duration // RunDelay at Stop
 }
 
 // Start starts a probe. Call Stop to end it.
 func Start() *Probe {
-	p := &Probe{stop: make(chan struct{}), start: readLatencies()}
+	p := &Probe{stop: make(chan struct{}), start: readLatencies(), delay: readRunDelays()}
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
@@ -90,22 +109,84 @@ func (p *Probe) SchedMax() time.Duration {
 	return maxSince(p.start, readLatencies())
 }
 
+// RunDelay returns how long the process's threads waited for a CPU while
+// runnable since the probe started (until Stop), summed over the threads:
+// at least as long as any goroutine of the process was kept from running
+// by the kernel meanwhile, whichever threads it ran on. Zero where the
+// kernel does not tell (not Linux, no schedstat).
+func (p *Probe) RunDelay() time.Duration {
+	select {
+	case <-p.stop:
+		return p.run
+	default:
+	}
+	return runDelaySince(p.delay, readRunDelays())
+}
+
 // Bound returns the slack a duration measured while the probe ran may show
 // over its ideal value. The measured goroutine may be delayed on its way in
 // and on its way out: each time by a timer firing late or a stalled process
 // (the probe's worst delay) and by a wait to run (SchedMax) — a goroutine
 // woken at a deadline waits to run twice, once for the goroutine that
-// cancels its context and once itself. Plus two ticks of timer resolution.
-func (p *Probe) Bound() time.Duration { return 2*p.Worst() + 2*p.SchedMax() + 2*Tick }
+// cancels its context and once itself; and by the kernel keeping its
+// thread from a CPU, which RunDelay counts in full, every wait of every
+// thread. Plus two ticks of timer resolution.
+func (p *Probe) Bound() time.Duration {
+	return 2*p.Worst() + 2*p.SchedMax() + p.RunDelay() + 2*Tick
+}
 
 // Stop ends the probe and returns Bound. It is idempotent.
 func (p *Probe) Stop() time.Duration {
 	p.stopOnce.Do(func() {
 		p.sched = maxSince(p.start, readLatencies())
+		p.run = runDelaySince(p.delay, readRunDelays())
 		close(p.stop)
 		p.done.Wait()
 	})
 	return p.Bound()
+}
+
+// readRunDelays returns the run_delay of each thread of the process, in
+// nanoseconds, by thread id: the second field of
+// /proc/self/task/<tid>/schedstat. It returns nil where there is none.
+func readRunDelays() map[string]int64 {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	delays := make(map[string]int64, len(tasks))
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited, or no schedstat
+		}
+		f := bytes.Fields(b)
+		if len(f) < 2 {
+			continue
+		}
+		if d, err := strconv.ParseInt(string(f[1]), 10, 64); err == nil {
+			delays[task.Name()] = d
+		}
+	}
+	return delays
+}
+
+// runDelaySince sums, over the threads of b, how much their run_delay grew
+// since a; a thread not in a started since, so all of its delay counts.
+func runDelaySince(a, b map[string]int64) time.Duration {
+	if a == nil || b == nil {
+		return 0
+	}
+	var sum int64
+	for tid, d := range b {
+		if d0, ok := a[tid]; ok {
+			d -= d0
+		}
+		if d > 0 {
+			sum += d
+		}
+	}
+	return time.Duration(sum)
 }
 
 func readLatencies() *metrics.Float64Histogram {

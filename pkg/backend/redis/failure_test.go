@@ -90,7 +90,7 @@ func TestRedisFailureRecovery(t *testing.T) {
 	// does; the runtime's scheduling latencies (SchedMax) see those waits.
 	// Time the store held a caller blocked is in neither measure.
 	if w, slack := time.Duration(worst.Load()), probe.Stop(); w > slack {
-		t.Errorf("a call returned %v after its deadline (measured scheduling slack %v: probe %v late at worst, goroutines waited up to %v to run)", w, slack, probe.Worst(), probe.SchedMax())
+		t.Errorf("a call returned %v after its deadline (measured scheduling slack %v: probe %v late at worst, goroutines waited up to %v to run, threads %v for a CPU)", w, slack, probe.Worst(), probe.SchedMax(), probe.RunDelay())
 	}
 	st := r.Stats()
 	if st.ScriptReloads == 0 {
