@@ -47,4 +47,12 @@ func TestMedianAndFlags(t *testing.T) {
 	if err != nil || len(o.keys) != 2 || o.keys[0] != 5 || o.keys[1] != 1 || len(o.systems) != 3 {
 		t.Fatalf("parse = %+v, %v", o, err)
 	}
+	// An A/B run: redis-b only when asked for, with its own binary and flags.
+	o, err = parse([]string{"--systems", "floor,redis,redis-b", "--redis-b-bin", "/tmp/b/envoy-rls", "--redis-b-args", "--redis-pipelines=2", "-v"})
+	if err != nil || len(o.systems) != 3 || o.systems[2] != "redis-b" || o.binB != "/tmp/b/envoy-rls" || o.extraArgsB != "--redis-pipelines=2" || !o.verbose {
+		t.Fatalf("parse = %+v, %v", o, err)
+	}
+	if _, err := parse([]string{"--systems", "floor,redis-c"}); err == nil {
+		t.Fatal("an unknown system was accepted")
+	}
 }
