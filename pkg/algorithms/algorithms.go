@@ -199,7 +199,8 @@ func Decide(l Limit, s State, now time.Time, hits uint64) (State, Decision) {
 // DecideMicros is Decide with now given in microseconds since the Unix epoch.
 // Instants before the epoch are treated as the epoch.
 func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
-	return decide(l, s, now, hits, false)
+	d := decideInPlace(&l, &s, now, hits, false)
+	return s, d
 }
 
 // Account is Decide for usage that already happened and must be counted
@@ -231,34 +232,48 @@ func Account(l Limit, s State, now time.Time, hits uint64) (State, Decision) {
 // AccountMicros is Account with now given in microseconds since the Unix
 // epoch.
 func AccountMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
-	return decide(l, s, now, hits, hits > 0)
+	d := decideInPlace(&l, &s, now, hits, hits > 0)
+	return s, d
 }
 
-func decide(l Limit, s State, now int64, hits uint64, account bool) (State, Decision) {
+// DecideInPlace is DecideMicros on the state *s, which it overwrites with
+// the state after the decision when the hits are allowed and leaves as it is
+// when they are not: exactly what DecideMicros returns, without copying the
+// state in and out (a store keeping the state of a request's keys in an
+// array of its own decides in it). l is only read.
+func DecideInPlace(l *Limit, s *State, now int64, hits uint64) Decision {
+	return decideInPlace(l, s, now, hits, false)
+}
+
+// AccountInPlace is AccountMicros on the state *s, which it overwrites with
+// the state after the charge whether or not the hits fit (when hits > 0;
+// with 0 hits it is DecideInPlace). l is only read.
+func AccountInPlace(l *Limit, s *State, now int64, hits uint64) Decision {
+	return decideInPlace(l, s, now, hits, hits > 0)
+}
+
+func decideInPlace(l *Limit, s *State, now int64, hits uint64, account bool) Decision {
 	if now < 0 {
 		now = 0
 	}
 	if l.Requests == 0 {
-		return s, blocked(l)
+		return blocked(*l)
 	}
 	w := l.Window.Microseconds()
 	if w < 1 {
 		w = 1
 	}
-	// Each algorithm works on this call's copy of s, which it overwrites
-	// when the request is allowed, or when it is accounted.
-	var d Decision
+	// Each algorithm overwrites *s only when the request is allowed, or
+	// when it is accounted, and only once it has decided.
 	switch l.Algorithm {
 	case TokenBucket, GCRA:
-		d = bucket(&l, w, &s, now, hits, account)
+		return bucket(l, w, s, now, hits, account)
 	case SlidingWindowLog:
-		d = slidingLog(&l, w, &s, now, hits, account)
+		return slidingLog(l, w, s, now, hits, account)
 	case SlidingWindowCounter:
-		d = slidingCounter(&l, w, &s, now, hits, account)
-	default:
-		d = fixedWindow(&l, w, &s, now, hits, account)
+		return slidingCounter(l, w, s, now, hits, account)
 	}
-	return s, d
+	return fixedWindow(l, w, s, now, hits, account)
 }
 
 // blocked is the decision of a limit of zero requests: nothing is ever

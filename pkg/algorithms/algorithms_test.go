@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -278,6 +279,47 @@ func TestDecideMatchesDecideMicros(t *testing.T) {
 	_, d2 = algorithms.DecideMicros(l, s2, now.Add(time.Second).UnixMicro(), 3)
 	if d1 != d2 || !d1.Allowed {
 		t.Fatalf("Decide %+v, DecideMicros %+v", d1, d2)
+	}
+}
+
+// TestInPlaceMatchesValues: DecideInPlace and AccountInPlace decide as
+// DecideMicros and AccountMicros on random timelines (clock steps back
+// included, checks, requests larger than the limit, accounting), leave the
+// state as it is when they deny (accounting aside), and otherwise leave the
+// state the value functions return.
+func TestInPlaceMatchesValues(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, k := range algorithms.Kinds() {
+		for _, requests := range []uint64{0, 1, 3, 10} {
+			l := limitOf(k, requests, 10*time.Second)
+			var byValue, inPlace algorithms.State
+			now := algotest.Base.UnixMicro()
+			for step := range 2000 {
+				now += rng.Int64N(3_000_000) - 500_000
+				hits := rng.Uint64N(requests + 3)
+				account := rng.IntN(4) == 0
+				was := inPlace
+				var next algorithms.State
+				var want, got algorithms.Decision
+				if account {
+					next, want = algorithms.AccountMicros(l, byValue, now, hits)
+					got = algorithms.AccountInPlace(&l, &inPlace, now, hits)
+				} else {
+					next, want = algorithms.DecideMicros(l, byValue, now, hits)
+					got = algorithms.DecideInPlace(&l, &inPlace, now, hits)
+				}
+				if got != want {
+					t.Fatalf("%v limit %d step %d: in place %+v, by value %+v", k, requests, step, got, want)
+				}
+				if !got.Allowed && !(account && hits > 0) && !reflect.DeepEqual(inPlace, was) {
+					t.Fatalf("%v limit %d step %d: a denial changed the state in place", k, requests, step)
+				}
+				byValue = next
+				if !reflect.DeepEqual(inPlace, byValue) {
+					t.Fatalf("%v limit %d step %d: in place %+v, by value %+v", k, requests, step, inPlace, byValue)
+				}
+			}
+		}
 	}
 }
 

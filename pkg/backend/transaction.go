@@ -66,17 +66,18 @@ func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decis
 	}
 	clear(tx.Charged)
 	for i := range items {
+		// In place: Next[j] changes only when the hits are charged.
 		j, it := tx.KeyOf[i], &items[i]
 		if it.Account && it.Hits > 0 {
-			s, d := algorithms.AccountMicros(it.Limit, tx.Next[j], now, it.Hits)
+			d := algorithms.AccountInPlace(&it.Limit, &tx.Next[j], now, it.Hits)
 			out[i] = d
-			tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
+			tx.ResetAfter[j], tx.Charged[j] = d.ResetAfter, true
 			continue
 		}
-		s, d := algorithms.DecideMicros(it.Limit, tx.Next[j], now, it.Hits)
+		d := algorithms.DecideInPlace(&it.Limit, &tx.Next[j], now, it.Hits)
 		out[i] = d
 		if d.Allowed {
-			tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
+			tx.ResetAfter[j], tx.Charged[j] = d.ResetAfter, true
 		}
 	}
 	var commit bool
@@ -86,26 +87,32 @@ func Transact(tx *Txn, items []Item, now int64, c Commit, out []algorithms.Decis
 		commit = !enforcedDenies(items, out)
 	}
 	if !commit {
-		// Only usage accounting is charged: charge it again from the stored
-		// states (its decisions stay the ones the verdict was made of), and
-		// report the allowing items' state as it stays.
-		for j, s := range tx.Stored {
-			tx.Next[j] = *s
-		}
-		clear(tx.Charged)
-		for i := range items {
-			j, it := tx.KeyOf[i], &items[i]
-			switch {
-			case it.Account && it.Hits > 0:
-				s, d := algorithms.AccountMicros(it.Limit, tx.Next[j], now, it.Hits)
-				tx.Next[j], tx.ResetAfter[j], tx.Charged[j] = s, d.ResetAfter, true
-			case out[i].Allowed:
-				_, d := algorithms.DecideMicros(it.Limit, tx.Next[j], now, 0)
-				out[i] = Report(d)
-			}
-		}
+		uncharge(tx, items, now, out)
 	}
 	return commit
+}
+
+// uncharge is the end of a transaction that does not commit: only usage
+// accounting is charged, again from the stored states (its decisions stay
+// the ones the verdict was made of), and the allowing items report their
+// key's state as it stays. Apart from Transact, whose common path then
+// needs no room on its stack for the copies of states made here.
+func uncharge(tx *Txn, items []Item, now int64, out []algorithms.Decision) {
+	for j, s := range tx.Stored {
+		tx.Next[j] = *s
+	}
+	clear(tx.Charged)
+	for i := range items {
+		j, it := tx.KeyOf[i], &items[i]
+		switch {
+		case it.Account && it.Hits > 0:
+			d := algorithms.AccountInPlace(&it.Limit, &tx.Next[j], now, it.Hits)
+			tx.ResetAfter[j], tx.Charged[j] = d.ResetAfter, true
+		case out[i].Allowed:
+			_, d := algorithms.DecideMicros(it.Limit, tx.Next[j], now, 0)
+			out[i] = Report(d)
+		}
+	}
 }
 
 // enforcedDenies reports whether an Enforced item denies.
