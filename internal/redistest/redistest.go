@@ -1,7 +1,8 @@
 // Package redistest starts real redis-server processes for tests: a
 // standalone server or a Redis Cluster of several masters, each on a free
 // loopback port, in a temporary directory, without persistence. Every server
-// is stopped when the test ends.
+// is stopped when the test ends. Starting a server waits, in the last minute
+// before a full hour, until the hour has begun (testutil.ClearOfHourEnd).
 //
 // The binary is found as $REDIS_SERVER, then redis-server on $PATH, then
 // /usr/bin/redis-server. When none exists the test fails with a message that
@@ -84,6 +85,10 @@ func startConf(tb testing.TB, name string, conf func(port int) string, extra []s
 func startServer(tb testing.TB, name string, conf func(port int) string, extra []string, cluster bool, client *tls.Config) *Server {
 	tb.Helper()
 	bin := Binary(tb)
+	// A test on a real Redis counts on Redis's clock (TIME): it must not
+	// run across the end of an hour, where its windows of an hour or
+	// longer would start again.
+	testutil.ClearOfHourEnd(tb)
 	dir := tb.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 20; attempt++ {

@@ -71,3 +71,25 @@ func TestFreePortIsNotPickedAgain(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestHourEndWait: ClearOfHourEnd waits only in the last HourMargin before a
+// full hour (UTC, as the epoch-aligned windows of an hour or longer end),
+// until just past it.
+func TestHourEndWait(t *testing.T) {
+	for _, tc := range []struct {
+		at   time.Duration // after Base, a full hour
+		want time.Duration
+	}{
+		{0, 0},
+		{10 * time.Minute, 0},
+		{time.Hour - testutil.HourMargin, 0},
+		{time.Hour - testutil.HourMargin + time.Millisecond, testutil.HourMargin - time.Millisecond + 10*time.Millisecond},
+		{time.Hour - 30*time.Second, 30*time.Second + 10*time.Millisecond},
+		{time.Hour - time.Microsecond, time.Microsecond + 10*time.Millisecond},
+		{24*time.Hour - 5*time.Second, 5*time.Second + 10*time.Millisecond}, // a day's end is an hour's
+	} {
+		if got := testutil.HourEndWait(testutil.Base.Add(tc.at)); got != tc.want {
+			t.Errorf("at Base+%v: wait %v, want %v", tc.at, got, tc.want)
+		}
+	}
+}

@@ -152,6 +152,7 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 	cp.Set(t, egRateLimitConfig(domain, rule, 3))
 	rdb := redistest.StartStandalone(t)
 
+	clearOfHourEnd(t)
 	grpcPort, httpPort, debugPort, promPort := freePort(t), freePort(t), freePort(t), freePort(t)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),

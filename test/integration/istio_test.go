@@ -91,6 +91,7 @@ func startReference(t *testing.T, env []string) (*proc, string) {
 // health.
 func startReferenceHealth(t *testing.T, health int, env []string) (*proc, string) {
 	t.Helper()
+	clearOfHourEnd(t)
 	grpcPort, httpPort, debugPort := freePort(t), freePort(t), freePort(t)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary)

@@ -56,6 +56,7 @@ func TestReferencePerSecondRedis(t *testing.T) {
 	// The per-second Redis is down at start-up: not ready, and /healthz
 	// says which Redis it waits for.
 	psSrv.Stop()
+	clearOfHourEnd(t)
 	grpcPort, httpPort := freePort(t), freePort(t)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary)

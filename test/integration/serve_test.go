@@ -32,9 +32,11 @@ func descriptor(kv ...string) *commonv3.RateLimitDescriptor {
 func TestReadmeCurlSession(t *testing.T) {
 	p := startServe(t, nil, "--config", repoFile("examples", "ratelimit.yaml"))
 	body := `{"domain":"example","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`
-	// Fixed windows are epoch-aligned seconds: retry the burst if it
-	// straddles a boundary (then the 6th may legitimately pass).
+	// Fixed windows are epoch-aligned seconds: start the burst as a second
+	// begins, and retry it if it straddles a boundary all the same (then the
+	// 6th may legitimately pass).
 	for attempt := 0; ; attempt++ {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 		start := time.Now()
 		codes := []int{}
 		for i := 0; i < 6; i++ {

@@ -1,0 +1,4 @@
+package testutil
+
+// HourEndWait exposes hourEndWait to the tests.
+var HourEndWait = hourEndWait
