@@ -21,7 +21,7 @@ var lenientFiles = map[string]string{
 	"unl.yaml": "domain: unl\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 1}\n",
 	// fields where they mean nothing are ignored (shadow_mode in a
 	// rate_limit too: the limit is enforced)
-	"misplaced.yaml": "domain: mis\nunit: second\ndescriptors:\n  - key: k\n    requests_per_unit: 4\n    rate_limit: {unit: minute, requests_per_unit: 1, shadow_mode: true}\n",
+	"misplaced.yaml": "domain: mis\nunit: second\ndescriptors:\n  - key: k\n    requests_per_unit: 4\n    rate_limit: {unit: hour, requests_per_unit: 1, shadow_mode: true}\n",
 	// an invalid second document is skipped, the valid ones load
 	"multi.yaml": "domain: multi-a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n---\n" +
 		"domain: multi-b\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n---\n" +
@@ -68,7 +68,7 @@ func TestReferenceLoadsWhatTheReferenceAccepts(t *testing.T) {
 		t.Errorf("domain old (replaced by the second domain field) has a limit: %v %v", resp, err)
 	}
 	_, body := httpGetCode(debugURL + "/rlconfig")
-	for _, want := range []string{"dup.k: unit=HOUR requests_per_unit=1", "deny.k: unit=MINUTE requests_per_unit=0", "mis.k: unit=MINUTE requests_per_unit=1, shadow_mode: false"} {
+	for _, want := range []string{"dup.k: unit=HOUR requests_per_unit=1", "deny.k: unit=MINUTE requests_per_unit=0", "mis.k: unit=HOUR requests_per_unit=1, shadow_mode: false"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/rlconfig lacks %q:\n%s", want, body)
 		}
