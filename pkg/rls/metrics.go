@@ -2,6 +2,7 @@ package rls
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -197,12 +198,57 @@ func (m *Metrics) observerDrop() {
 	m.observerDropped.Inc()
 }
 
-func (m *Metrics) request(domain, code string, start time.Time) {
+// series are the counters of one label set that differ only by their last
+// label (a request's code, a decision's result), each made at its first use
+// and kept: one atomic load per request instead of a vector's hash of the
+// label values and read lock. Made at first use, so that /metrics shows the
+// same series as without it. The service keeps them per configured domain
+// and descriptor (see ruleNames), so they hold no request values.
+type series [8]atomic.Pointer[seriesCounter]
+
+type seriesCounter struct{ prometheus.Counter }
+
+// counter returns the counter of slot i, made by vec with values the first
+// time (a vector returns the same child to concurrent callers).
+func (c *series) counter(i int, vec *prometheus.CounterVec, values ...string) prometheus.Counter {
+	if sc := c[i].Load(); sc != nil {
+		return sc.Counter
+	}
+	sc := &seriesCounter{vec.WithLabelValues(values...)}
+	c[i].Store(sc)
+	return sc.Counter
+}
+
+// requestCode is the slot of a request's code among the series of its
+// domain, or -1.
+func requestCode(code string) int {
+	switch code {
+	case "ok":
+		return 0
+	case "over_limit":
+		return 1
+	case "shadow_over_limit":
+		return 2
+	case "unavailable":
+		return 3
+	case "failed_open":
+		return 4
+	}
+	return -1
+}
+
+// request records a request of domain with its outcome code; cached, when
+// not nil, holds the domain's series.
+func (m *Metrics) request(domain, code string, start time.Time, cached *series) {
 	if m == nil {
 		return
 	}
 	took := time.Since(start).Seconds()
-	m.requests.WithLabelValues(domain, code).Inc()
+	if i := requestCode(code); cached != nil && i >= 0 {
+		cached.counter(i, m.requests, domain, code).Inc()
+	} else {
+		m.requests.WithLabelValues(domain, code).Inc()
+	}
 	m.latency.Observe(took)
 	if r := m.ref; r != nil {
 		r.requestsShould.Inc()
@@ -216,7 +262,9 @@ func (m *Metrics) request(domain, code string, start time.Time) {
 	}
 }
 
-func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorithms.Decision, hits uint64) {
+// decision records one limit's decision; cached, when not nil, holds the
+// series of the plan's descriptor (its stats key without request values).
+func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorithms.Decision, hits uint64, cached *series) {
 	if m == nil {
 		return
 	}
@@ -224,15 +272,15 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 	if m.ref != nil {
 		m.ref.limit(p.statKey, d, hits, mode == backend.Shadow)
 	}
-	result := "within_limit"
+	result, slot := "within_limit", 0
 	if !allowed {
 		switch mode {
 		case backend.Shadow:
-			result = "shadow_over_limit"
+			result, slot = "shadow_over_limit", 1
 		case backend.Quota:
-			result = "quota_over_limit"
+			result, slot = "quota_over_limit", 2
 		default:
-			result = "over_limit"
+			result, slot = "over_limit", 3
 		}
 	}
 	key := p.statKey
@@ -240,6 +288,11 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 		// The stats key holds request values (detailed_metric,
 		// value_to_metric): bounded as the rule labels are.
 		key = m.decisionCap.Value(cardinality.Shorten(key, cardinality.MaxValueBytes))
+		cached = nil
+	}
+	if cached != nil {
+		cached.counter(slot, m.decisions, domain, key, result).Inc()
+		return
 	}
 	m.decisions.WithLabelValues(domain, key, result).Inc()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -247,5 +248,41 @@ func TestDetailedMetricSeriesStayUnderTheCap(t *testing.T) {
 	}
 	if got := value(fams, "envoy_rls_rule_hits_total", "domain=obs", "rule=client_c7"); got != 1 {
 		t.Errorf("an admitted value's series = %v", got)
+	}
+}
+
+// The request and decision series are made at their first use and kept
+// per config: counts continue in the same series after a reload, and a
+// code or result that never happened has no series.
+func TestMetricSeriesAcrossAReload(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := start(t, basicYAML, rls.Options{Metrics: rls.NewMetrics(reg)})
+	for range 2 {
+		h.call(t, "d", desc("user", "a"))
+	}
+	cfg, err := descriptors.Parse("again.yaml", []byte(basicYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.svc.SetConfig(cfg)
+	for range 2 { // the limit is 3 a minute: the fourth call is denied
+		h.call(t, "d", desc("user", "a"))
+	}
+	fams := scrape(t, reg)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"envoy_rls_requests_total", []string{"domain=d", "code=ok"}, 3},
+		{"envoy_rls_requests_total", []string{"domain=d", "code=over_limit"}, 1},
+		{"envoy_rls_requests_total", []string{"domain=d", "code=failed_open"}, -1},
+		{"envoy_rls_limit_decisions_total", []string{"domain=d", "descriptor=d.user", "result=within_limit"}, 3},
+		{"envoy_rls_limit_decisions_total", []string{"domain=d", "descriptor=d.user", "result=over_limit"}, 1},
+		{"envoy_rls_limit_decisions_total", []string{"domain=d", "descriptor=d.user", "result=shadow_over_limit"}, -1},
+	} {
+		if got := value(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v (-1: no series)", c.name, c.labels, got, c.want)
+		}
 	}
 }

@@ -42,6 +42,36 @@ const DefaultNearLimitRatio = 0.8
 type ruleNames struct {
 	m        sync.Map // *descriptors.RateLimit -> string
 	counters sync.Map // *descriptors.RateLimit -> *ruleCounters (rules without request values)
+	// The series of envoy_rls_requests_total per domain and of
+	// envoy_rls_limit_decisions_total per descriptor.
+	requests  sync.Map // *descriptors.Domain -> *series
+	decisions sync.Map // *descriptors.Node -> *series
+}
+
+// requestSeries returns the envoy_rls_requests_total series of dom, nil
+// for a domain the config does not define.
+func (s *Service) requestSeries(dom *descriptors.Domain) *series {
+	if dom == nil || s.opts.Metrics == nil {
+		return nil
+	}
+	return cachedSeries(&s.rules.Load().requests, dom)
+}
+
+// decisionSeries returns the envoy_rls_limit_decisions_total series of the
+// descriptor of p, nil when it has no configured node.
+func (s *Service) decisionSeries(p *plan) *series {
+	if p.node == nil || p.override != nil || s.opts.Metrics == nil {
+		return nil
+	}
+	return cachedSeries(&s.rules.Load().decisions, p.node)
+}
+
+func cachedSeries(m *sync.Map, key any) *series {
+	if v, ok := m.Load(key); ok {
+		return v.(*series)
+	}
+	v, _ := m.LoadOrStore(key, new(series))
+	return v.(*series)
 }
 
 // ruleCounters returns the metric series of limit l of plan p.

@@ -36,7 +36,7 @@ func (s *Service) respond(sc *scratch, req *rlsv3.RateLimitRequest, allowed bool
 		for ; it < len(sc.items) && sc.owners[it].desc == i; it++ {
 			d := &sc.decisions[it]
 			enforcedDenial := !d.Allowed && sc.items[it].Mode != backend.Shadow
-			s.opts.Metrics.decision(domain, p, sc.items[it].Mode, d, sc.items[it].Hits)
+			s.opts.Metrics.decision(domain, p, sc.items[it].Mode, d, sc.items[it].Hits, s.decisionSeries(p))
 			if enforcedDenial {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}

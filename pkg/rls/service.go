@@ -254,7 +254,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if err := validate(req); err != nil {
 		// Not the request's domain: it may be anything, of any length.
-		s.opts.Metrics.request("", "invalid", start)
+		s.opts.Metrics.request("", "invalid", start, nil)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sc := s.pool.Get().(*scratch)
@@ -265,7 +265,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		// Started without a config (config over xDS with
 		// --force-start-without-initial-config): answer as the reference
 		// server does until the first one arrives.
-		s.opts.Metrics.request("", "no_config", start)
+		s.opts.Metrics.request("", "no_config", start, nil)
 		return nil, status.Error(codes.Unknown, "no rate limit configuration loaded")
 	}
 	dom := cfg.Domain(req.Domain)
@@ -300,13 +300,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			s.opts.Metrics.backendError(err)
 			s.fails.failure(ctx, err, sc.budgetEnd)
 			if s.opts.FailureMode != FailOpen {
-				s.opts.Metrics.request(label, "unavailable", start)
+				s.opts.Metrics.request(label, "unavailable", start, s.requestSeries(dom))
 				if s.obs != nil {
 					s.obs.publish(s.event(sc, req, dom != nil, "unavailable", err, start))
 				}
 				return nil, status.Error(codes.Unavailable, "rate limit backend unavailable: "+err.Error())
 			}
-			s.opts.Metrics.request(label, "failed_open", start)
+			s.opts.Metrics.request(label, "failed_open", start, s.requestSeries(dom))
 			if s.obs != nil {
 				s.obs.publish(s.event(sc, req, dom != nil, "failed_open", err, start))
 			}
@@ -324,7 +324,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	s.tell(ctx, sc, req, resp, allowed)
-	s.opts.Metrics.request(label, code, start)
+	s.opts.Metrics.request(label, code, start, s.requestSeries(dom))
 	if s.obs != nil {
 		s.obs.publish(s.event(sc, req, dom != nil, code, nil, start))
 	}
