@@ -20,21 +20,28 @@ type group struct {
 	items []item // the items, encoded
 	slot  int
 
-	call  *scriptCall
 	reply []int64 // the group's part of the call's reply
 	err   error
 }
 
 // newCall splits items into groups: one on a standalone server, one per
-// hash slot on a Cluster.
+// hash slot on a Cluster. A standalone server's call comes from the pool
+// of calls (see releaseCall).
 func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
-	c := &call{ctx: ctx, now: nowArg(r.clock), whole: true, done: make(chan struct{}), items: len(items)}
 	if !r.cluster {
+		c, _ := callPool.Get().(*call)
+		if c == nil {
+			c = &call{done: make(chan struct{}, 1)}
+		}
+		c.ctx, c.now, c.whole, c.items = ctx, nowArg(r.clock), true, len(items)
 		g := &c.groupBuf[0]
-		if len(items) == 1 {
+		switch n := len(items); {
+		case n == 1:
 			g.idx, g.items = c.idxBuf[:], c.itemBuf[:]
-		} else {
-			g.idx, g.items = make([]int, len(items)), make([]item, len(items))
+		case cap(g.idx) >= n && cap(g.items) >= n:
+			g.idx, g.items = g.idx[:n], g.items[:n]
+		default:
+			g.idx, g.items = make([]int, n), make([]item, n)
 		}
 		for i := range items {
 			g.idx[i] = i
@@ -43,6 +50,7 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 		c.groups = c.groupBuf[:]
 		return c
 	}
+	c := &call{ctx: ctx, now: nowArg(r.clock), whole: true, done: make(chan struct{}, 1), items: len(items)}
 	keys := make([]string, len(items))
 	slots := make([]int, len(items))
 	var order []int // distinct slots in order of first appearance
@@ -136,6 +144,7 @@ func (r *Store) worker() {
 	defer r.wg.Done()
 	var batch []*call
 	var timer *time.Timer
+	sc := newScriptCall(0, 0) // reused batch after batch (standalone)
 	for {
 		r.mu.Lock()
 		for len(r.pending) == 0 {
@@ -186,7 +195,7 @@ func (r *Store) worker() {
 		}
 		batch = r.take(batch[:0])
 		if len(batch) > 0 {
-			r.run(batch)
+			r.run(batch, sc)
 			clear(batch) // the calls are done: keep no references
 		}
 		<-r.sem
@@ -224,7 +233,8 @@ func (r *Store) take(batch []*call) []*call {
 	return batch
 }
 
-// run sends batch as one pipeline of script calls (see send), then
+// run sends batch as one pipeline of script calls (see send; sc is the
+// worker's script call to reuse), then
 // releases the callers. Calls whose context has ended, or whose deadline is
 // nearer than a round trip takes (the recent successful round trips'
 // average), are not sent: they could not be answered in time, and a call
@@ -236,7 +246,7 @@ func (r *Store) take(batch []*call) []*call {
 // storm under load). The pipeline is bounded by the client's read and write
 // timeouts instead, and the calls whose callers left are resolved from
 // their late replies.
-func (r *Store) run(batch []*call) {
+func (r *Store) run(batch []*call, sc *scriptCall) {
 	rtt := time.Duration(r.rtt.Load())
 	now := time.Now()
 	live := batch[:0]
@@ -260,7 +270,7 @@ func (r *Store) run(batch []*call) {
 		return
 	}
 	start := time.Now()
-	if !r.send(context.Background(), live) {
+	if !r.send(context.Background(), live, sc) {
 		// A moving average of the round trips that worked: failed ones
 		// (a frozen or dead server) say nothing about the next one.
 		d := int64(time.Since(start))
@@ -279,8 +289,10 @@ func (r *Store) run(batch []*call) {
 // send sends calls as one pipeline of script calls, one per slot (one in
 // all on a standalone server), and re-sends the script calls that did not
 // run because the server lacked the function or script. Each group gets
-// its reply or error. It reports whether any script call failed.
-func (r *Store) send(ctx context.Context, live []*call) (failed bool) {
+// its reply or error. It reports whether any script call failed. On a
+// standalone server the one script call is buf when it is not nil (a
+// worker's, reused: it is reset here).
+func (r *Store) send(ctx context.Context, live []*call, buf *scriptCall) (failed bool) {
 	var calls []*scriptCall
 	if r.cluster {
 		bySlot := map[int]*scriptCall{}
@@ -297,11 +309,16 @@ func (r *Store) send(ctx context.Context, live []*call) (failed bool) {
 			}
 		}
 	} else {
-		items := 0
-		for _, c := range live {
-			items += len(c.groups[0].items)
+		sc := buf
+		if sc != nil {
+			sc.reset()
+		} else {
+			items := 0
+			for _, c := range live {
+				items += len(c.groups[0].items)
+			}
+			sc = newScriptCall(len(live), items)
 		}
-		sc := newScriptCall(len(live), items)
 		for _, c := range live {
 			sc.add(&c.groups[0], c.now, true)
 		}

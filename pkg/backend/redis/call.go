@@ -14,8 +14,8 @@ type call struct {
 	whole  bool  // false: the request is split across Cluster slots
 	taken  bool  // a worker took it for a pipeline (under Store.mu)
 	groups []group
-	err    error         // set before done is closed when the call was not sent
-	done   chan struct{} // closed when every group has its result
+	err    error         // set before done is signalled when the call was not sent
+	done   chan struct{} // one token (room for one) when every group has its result
 
 	// A caller that leaves before done (its deadline passed) abandons the
 	// call; the worker then resolves it on its own, once the reply arrives
@@ -57,7 +57,7 @@ func (c *call) abandon() bool {
 
 // finish is called by the worker when the call's result is known: charged
 // (per item, nil when nothing was charged) is handed to the late handler
-// when the caller abandoned the call. It closes done.
+// when the caller abandoned the call. It signals done.
 func (c *call) finish(charged func() []bool) {
 	c.mu.Lock()
 	if c.state == waiting {
@@ -66,17 +66,45 @@ func (c *call) finish(charged func() []bool) {
 		// it from the reply.
 		c.state, c.resolved = finished, true
 		c.mu.Unlock()
-		close(c.done)
+		c.signal()
 		return
 	}
 	c.resolved = true
 	c.chargedBy = charged()
 	late := c.late
 	c.mu.Unlock()
-	close(c.done)
+	c.signal()
 	if late != nil {
 		late(c.chargedBy)
 	}
+}
+
+// signal puts done's one token (a token rather than a close, so that the
+// call and its channel can be used again: see releaseCall). A call is
+// finished once.
+func (c *call) signal() {
+	select {
+	case c.done <- struct{}{}:
+	default:
+		panic("redis: a call finished twice")
+	}
+}
+
+// callPool holds calls of a standalone server's store for reuse (a call
+// and its channel were two of a request's allocations).
+var callPool sync.Pool
+
+// releaseCall puts c back into the pool. Only a call whose caller read its
+// result after the worker finished it (state finished, done's token
+// taken) may be released: its worker touches it no more. A call whose
+// caller left (abandoned) is never reused, as its worker resolves it
+// later; neither is a Cluster's call.
+func releaseCall(c *call) {
+	g := &c.groupBuf[0]
+	g.reply, g.err, g.slot = nil, nil, 0
+	c.ctx, c.groups, c.err = nil, nil, nil
+	c.taken, c.state, c.late, c.resolved, c.chargedBy = false, waiting, nil, false, nil
+	callPool.Put(c)
 }
 
 // onLate registers what to do with the outcome of an abandoned call: at

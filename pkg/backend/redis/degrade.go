@@ -308,7 +308,7 @@ func (r *Store) flush(ctx, sendCtx context.Context) bool {
 	for i := range items {
 		calls[i] = r.newCall(context.Background(), items[i:i+1])
 	}
-	r.send(sendCtx, calls)
+	r.send(sendCtx, calls, nil)
 	out := make([]algorithms.Decision, 1)
 	failed := false
 	for i, c := range calls {

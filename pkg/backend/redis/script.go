@@ -119,6 +119,11 @@ var (
 		"\nredis.register_function('" + functionName + "', function(keys, args) return apply(keys, args) end)\n"
 	evalCode   = applyLua + "\nreturn apply(KEYS, ARGV)\n"
 	evalScript = goredis.NewScript(evalCode)
+
+	// The same, in interfaces once for all (a string put into an
+	// interface is copied to the heap).
+	functionNameArg interface{} = functionName
+	evalCodeArg     interface{} = evalCode
 )
 
 // The binary layout of ARGV (the script's REQUEST_BYTES, ITEM_BYTES,
@@ -192,33 +197,60 @@ func encodeItem(items []backend.Item, i int, key string) item {
 }
 
 // scriptCall is one FCALL (or EVALSHA) of a pipeline: the groups of a
-// batch that share a slot (all of them on a standalone server).
+// batch that share a slot (all of them on a standalone server). A pipeline
+// worker keeps one for its life and reuses it batch after batch (see
+// reset), so a batch allocates nothing here but go-redis's command and
+// reply.
 type scriptCall struct {
 	keys   []string
 	index  map[string]int // key -> 1-based index into keys
-	args   []byte         // ARGV[1]
+	args   binArg         // ARGV[1]
 	groups []*group
 	cmd    *onceCmd
+
+	argv []interface{} // the command's arguments (see command)
+	once onceCmd       // cmd points here
 }
+
+// binArg is the script's binary argument. go-redis writes it through
+// MarshalBinary; as a pointer in the command's arguments it costs no
+// allocation, where a []byte would be copied into an interface.
+type binArg struct{ b []byte }
+
+// MarshalBinary returns the bytes as they are.
+func (a *binArg) MarshalBinary() ([]byte, error) { return a.b, nil }
 
 // newScriptCall returns an empty call, with room for requests of items
 // in all.
 func newScriptCall(requests, items int) *scriptCall {
 	return &scriptCall{index: make(map[string]int, items), keys: make([]string, 0, items),
-		args: make([]byte, 0, requestBytes*requests+itemBytes*items)}
+		args: binArg{make([]byte, 0, requestBytes*requests+itemBytes*items)}}
+}
+
+// reset empties sc for another batch, keeping its storage. It drops the
+// references to the last batch's keys, groups and reply.
+func (sc *scriptCall) reset() {
+	clear(sc.keys)
+	sc.keys = sc.keys[:0]
+	clear(sc.index)
+	sc.args.b = sc.args.b[:0]
+	clear(sc.groups)
+	sc.groups = sc.groups[:0]
+	clear(sc.argv)
+	sc.argv = sc.argv[:0]
+	sc.cmd, sc.once = nil, onceCmd{}
 }
 
 // add appends the request part g (with the call's now: -1 for Redis's
 // TIME) to sc.
 func (sc *scriptCall) add(g *group, now int64, whole bool) {
-	g.call = sc
 	sc.groups = append(sc.groups, g)
 	n := int32(len(g.items))
 	if !whole {
 		n = -n
 	}
 	le := binary.LittleEndian
-	b := slices.Grow(sc.args, requestBytes+itemBytes*len(g.items))
+	b := slices.Grow(sc.args.b, requestBytes+itemBytes*len(g.items))
 	b = le.AppendUint64(b, math.Float64bits(float64(now)))
 	b = le.AppendUint32(b, uint32(n))
 	for i := range g.items {
@@ -237,27 +269,38 @@ func (sc *scriptCall) add(g *group, now int64, whole bool) {
 		b = le.AppendUint64(b, math.Float64bits(float64(it.capacity)))
 		b = le.AppendUint64(b, math.Float64bits(float64(it.hits)))
 	}
-	sc.args = b
+	sc.args.b = b
 }
 
 // command returns sc as an FCALL command, or with evalsha as an EVALSHA
-// one, or with source as an EVAL.
+// one, or with source as an EVAL. Its arguments live in sc (argv) and are
+// written by go-redis before sc changes again. The first key is a string,
+// from which a Cluster client takes the slot; the others are pointers to
+// sc's keys, which go-redis writes as the strings they point to without
+// the allocation that a string in an interface costs.
 func (sc *scriptCall) command(ctx context.Context, evalsha, source bool) *onceCmd {
-	args := make([]interface{}, 0, 4+len(sc.keys))
+	clear(sc.argv)
+	args := slices.Grow(sc.argv[:0], 4+len(sc.keys))
 	switch {
 	case source:
-		args = append(args, "eval", evalCode)
+		args = append(args, "eval", evalCodeArg)
 	case evalsha:
 		args = append(args, "evalsha", evalScript.Hash())
 	default:
-		args = append(args, "fcall", functionName)
+		args = append(args, "fcall", functionNameArg)
 	}
 	args = append(args, len(sc.keys))
-	for _, k := range sc.keys {
-		args = append(args, k)
+	for i := range sc.keys {
+		if i == 0 {
+			args = append(args, sc.keys[0])
+		} else {
+			args = append(args, &sc.keys[i])
+		}
 	}
-	args = append(args, sc.args)
-	return &onceCmd{goredis.NewIntSliceCmd(ctx, args...)}
+	args = append(args, &sc.args)
+	sc.argv = args
+	sc.once = onceCmd{goredis.NewIntSliceCmd(ctx, args...)}
+	return &sc.once
 }
 
 // onceCmd is a script call that go-redis never sends again on its own: a

@@ -109,7 +109,7 @@ func benchScript(b *testing.B, rc *goredis.Client, k algorithms.Kind, floor bool
 			items := []backend.Item{{Key: key, Limit: l, Hits: 1}}
 			sc.add(&group{items: []item{encodeItem(items, 0, key)}}, -1, true)
 		}
-		fn, arg := functionName, any(sc.args)
+		fn, arg := functionName, any(sc.args.b)
 		if floor {
 			fn, arg = "envoyrls_bench_floor", "0123456789abcdef0"
 		}

@@ -103,7 +103,7 @@ func TestScriptCallLayout(t *testing.T) {
 	if len(sc.keys) != 2 || sc.keys[0] != "p:a" || sc.keys[1] != "p:b" {
 		t.Fatalf("keys = %q", sc.keys)
 	}
-	b := sc.args
+	b := sc.args.b
 	if len(b) != 2*requestBytes+3*itemBytes {
 		t.Fatalf("%d bytes of ARGV, want %d", len(b), 2*requestBytes+3*itemBytes)
 	}

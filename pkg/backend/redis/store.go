@@ -367,6 +367,10 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 		}
 	}
 	r.decided.Add(1)
+	if !r.cluster {
+		// Answered: the worker is done with c (see releaseCall).
+		releaseCall(c)
+	}
 	if r.deny != nil {
 		r.rememberDenials(start, items, out[:n])
 	}
