@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +53,30 @@ func TestFloorRefusesBadFlags(t *testing.T) {
 	var out strings.Builder
 	if err := run(context.Background(), []string{"--nope"}, &out); err == nil {
 		t.Fatal("an unknown flag was accepted")
+	}
+}
+
+// The floor serves calls on as many stream workers as envoy-rls does by
+// default, so the bench compares like with like (see the package doc).
+func TestFloorRunsEnvoyRLSsStreamWorkers(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../envoy-rls/bounds.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := f.Scope.Lookup("defaultGRPCStreamWorkers")
+	if obj == nil {
+		t.Fatal("cmd/envoy-rls/bounds.go declares no defaultGRPCStreamWorkers")
+	}
+	spec := obj.Decl.(*ast.ValueSpec)
+	lit, ok := spec.Values[0].(*ast.BasicLit)
+	if !ok {
+		t.Fatalf("defaultGRPCStreamWorkers is not a literal: %T", spec.Values[0])
+	}
+	if want := strconv.Itoa(DefaultStreamWorkers); lit.Value != want {
+		t.Fatalf("envoy-rls runs %s stream workers by default, the floor %s", lit.Value, want)
+	}
+	var out strings.Builder
+	if err := run(context.Background(), []string{"--grpc-stream-workers", "70000"}, &out); err == nil {
+		t.Fatal("--grpc-stream-workers 70000 was accepted")
 	}
 }
