@@ -9,8 +9,8 @@ import (
 // The transaction of a request, written once: Transact is what every store
 // does between reading the states of a request's keys and writing them back.
 // The memory store locks the entries, calls it and writes back; the Redis
-// store's script (pkg/backend/redis/lua/apply.lua) is its Lua twin, step for
-// step; the stores' test models are Transact over a map.
+// store's script (pkg/backend/redis/lua/*.lua, joined into one) is its Lua
+// twin, step for step; the stores' test models are Transact over a map.
 
 // Commit says when the charges of a transaction are kept.
 type Commit uint8

@@ -18,7 +18,7 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
-// The interface between the store and its script, lua/apply.lua, the Lua
+// The interface between the store and its script, lua/*.lua, the Lua
 // twin of backend.Transact and pkg/algorithms. This file encodes the calls
 // and decodes the replies; the script's copies of the constants are checked
 // against Go by TestScriptConstantsMatchGo.
@@ -101,8 +101,17 @@ import (
 // upgrade that changes the format, such a key forgets at most one window's
 // hits.
 
-//go:embed lua/apply.lua
-var applyLua string
+// The script, in three files joined in this order (see lua/state.lua).
+var (
+	//go:embed lua/state.lua
+	stateLua string
+	//go:embed lua/algorithms.lua
+	algorithmsLua string
+	//go:embed lua/apply.lua
+	transactionLua string
+
+	applyLua = stateLua + algorithmsLua + transactionLua
+)
 
 // scriptVersion names the library and function after the script's
 // content, so that instances running different versions side by side on
@@ -112,7 +121,7 @@ var scriptVersion = func() string {
 	return hex.EncodeToString(h[:6])
 }()
 
-// Function and library names, and the two wrappings of apply.lua.
+// Function and library names, and the two wrappings of the script.
 var (
 	functionName = "envoyrls_apply_" + scriptVersion
 	libraryCode  = "#!lua name=envoyrls_" + scriptVersion + "\n" + applyLua +

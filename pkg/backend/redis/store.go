@@ -1,5 +1,5 @@
 // Package redis is the backend.Store backed by Redis (standalone, Sentinel
-// or Cluster) through go-redis: one Lua script call (lua/apply.lua, the twin
+// or Cluster) through go-redis: one Lua script call (lua/*.lua, the twin
 // of pkg/algorithms) decides a request's items, concurrent requests share
 // pipelines, and an optional local deny cache answers repeated denials
 // without a round trip.
@@ -23,8 +23,8 @@ import (
 )
 
 // Redis is the Store backed by Redis: standalone, Sentinel or Cluster,
-// through go-goredis. Each request's items are decided by one Lua script call
-// (apply.lua, the twin of pkg/algorithms) that takes now from Redis's TIME,
+// through go-redis. Each request's items are decided by one Lua script call
+// (lua/*.lua, the twin of pkg/algorithms) that takes now from Redis's TIME,
 // so every instance sharing a Redis agrees on time and on counts. Concurrent
 // requests share pipelines (see Options.BatchWindow), so a request
 // costs at most one round trip, and less under load.
