@@ -116,6 +116,18 @@ type NeverWaits interface {
 	NeverWaits()
 }
 
+// TakesDeadline is implemented by a Store that can take a call's time
+// budget as a deadline beside the caller's context: ApplyBy(ctx, until,
+// items, out) decides exactly as Apply would under ctx with its deadline
+// moved to until (when until is earlier; a zero until adds none), and
+// fails the same way when the budget runs out (an error wrapping
+// context.DeadlineExceeded). pkg/rls then makes no context with a timer
+// per call for the budget, which costs about four allocations.
+type TakesDeadline interface {
+	Store
+	ApplyBy(ctx context.Context, until time.Time, items []Item, out []algorithms.Decision) (allowed bool, err error)
+}
+
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("backend: store is closed")
 

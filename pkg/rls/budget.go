@@ -26,6 +26,17 @@ func AnswerMargin(remaining time.Duration) time.Duration {
 // waits for the backend as long as the caller can wait, rather than for a
 // fixed time after which it would answer by the failure mode.
 func (s *Service) budget(ctx context.Context) (context.Context, context.CancelFunc) {
+	until := s.budgetDeadline(ctx)
+	if until.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, until)
+}
+
+// budgetDeadline returns the deadline of budget's context (zero: none),
+// for a store that takes it beside the caller's context
+// (backend.TakesDeadline).
+func (s *Service) budgetDeadline(ctx context.Context) time.Time {
 	now := time.Now()
 	var until time.Time
 	if d, ok := ctx.Deadline(); ok {
@@ -36,8 +47,5 @@ func (s *Service) budget(ctx context.Context) (context.Context, context.CancelFu
 			until = c
 		}
 	}
-	if until.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, until)
+	return until
 }

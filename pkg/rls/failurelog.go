@@ -216,8 +216,13 @@ const (
 // budget is the budget's; the budget ends a margin before the caller's
 // deadline when that one binds, else at the backend timeout.
 func budgetEnded(ctx, bctx context.Context, err error) budgetEnd {
-	bd, ok := bctx.Deadline()
-	if !ok {
+	bd, _ := bctx.Deadline()
+	return budgetEndedAt(ctx, bd, err)
+}
+
+// budgetEndedAt is budgetEnded for a budget that ends at bd (zero: none).
+func budgetEndedAt(ctx context.Context, bd time.Time, err error) budgetEnd {
+	if bd.IsZero() {
 		return notEnded
 	}
 	var ne net.Error

@@ -162,9 +162,12 @@ type Service struct {
 	// noBudget: the store never waits (backend.NeverWaits), so its calls
 	// run under the caller's context, without a budget of their own.
 	noBudget bool
-	config   atomic.Pointer[descriptors.Config]
-	opts     Options
-	log      *slog.Logger
+	// byDeadline: the store takes the budget as a deadline
+	// (backend.TakesDeadline); nil otherwise.
+	byDeadline backend.TakesDeadline
+	config     atomic.Pointer[descriptors.Config]
+	opts       Options
+	log        *slog.Logger
 
 	legacyNames rlheaders.LegacyNames // opts.LegacyHeaderNames, defaults filled in
 	fails       *failureLog
@@ -185,6 +188,9 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger}
 	_, s.noBudget = store.(backend.NeverWaits)
+	if !s.noBudget {
+		s.byDeadline, _ = store.(backend.TakesDeadline)
+	}
 	s.legacyNames = opts.LegacyHeaderNames.OrDefault()
 	if s.log == nil {
 		s.log = slog.Default()
@@ -347,6 +353,16 @@ func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err err
 	if s.opts.Metrics != nil {
 		defer s.opts.Metrics.backendCall(time.Now())
 	}
+	if s.byDeadline != nil {
+		// The budget as a deadline beside ctx: no context and timer per call.
+		until := s.budgetDeadline(ctx)
+		sc.prepareDecisions()
+		allowed, err = s.byDeadline.ApplyBy(ctx, until, sc.items, sc.decisions)
+		if err != nil {
+			sc.budgetEnd = budgetEndedAt(ctx, until, err)
+		}
+		return allowed, err
+	}
 	bctx := ctx
 	if !s.noBudget {
 		// A context with a timer: about a microsecond and four allocations
@@ -355,14 +371,19 @@ func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err err
 		bctx, cancel = s.budget(ctx)
 		defer cancel()
 	}
-	if cap(sc.decisions) < len(sc.items) {
-		sc.decisions = make([]algorithms.Decision, len(sc.items))
-	}
-	sc.decisions = sc.decisions[:len(sc.items)]
-	clear(sc.decisions)
+	sc.prepareDecisions()
 	allowed, err = s.store.Apply(bctx, sc.items, sc.decisions)
 	if err != nil {
 		sc.budgetEnd = budgetEnded(ctx, bctx, err)
 	}
 	return allowed, err
+}
+
+// prepareDecisions makes sc.decisions one zero Decision per item.
+func (sc *scratch) prepareDecisions() {
+	if cap(sc.decisions) < len(sc.items) {
+		sc.decisions = make([]algorithms.Decision, len(sc.items))
+	}
+	sc.decisions = sc.decisions[:len(sc.items)]
+	clear(sc.decisions)
 }

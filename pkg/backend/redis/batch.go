@@ -27,13 +27,20 @@ type group struct {
 // newCall splits items into groups: one on a standalone server, one per
 // hash slot on a Cluster. A standalone server's call comes from the pool
 // of calls (see releaseCall).
-func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
+func (r *Store) newCall(ctx context.Context, until time.Time, items []backend.Item) *call {
+	var c *call
 	if !r.cluster {
-		c, _ := callPool.Get().(*call)
-		if c == nil {
-			c = &call{done: make(chan struct{}, 1)}
-		}
-		c.ctx, c.now, c.whole, c.items = ctx, nowArg(r.clock), true, len(items)
+		c, _ = callPool.Get().(*call)
+	}
+	if c == nil {
+		c = &call{done: make(chan struct{}, 1)}
+	}
+	c.ctx, c.now, c.whole, c.items = ctx, nowArg(r.clock), true, len(items)
+	c.until, c.timed = until, !until.IsZero()
+	if d, ok := ctx.Deadline(); ok && (until.IsZero() || !d.After(until)) {
+		c.until, c.timed = d, false
+	}
+	if !r.cluster {
 		g := &c.groupBuf[0]
 		switch n := len(items); {
 		case n == 1:
@@ -50,7 +57,6 @@ func (r *Store) newCall(ctx context.Context, items []backend.Item) *call {
 		c.groups = c.groupBuf[:]
 		return c
 	}
-	c := &call{ctx: ctx, now: nowArg(r.clock), whole: true, done: make(chan struct{}, 1), items: len(items)}
 	keys := make([]string, len(items))
 	slots := make([]int, len(items))
 	var order []int // distinct slots in order of first appearance
@@ -252,7 +258,10 @@ func (r *Store) run(batch []*call, sc *scriptCall) {
 	live := batch[:0]
 	for _, c := range batch {
 		err := c.ctx.Err()
-		if d, ok := c.ctx.Deadline(); err == nil && ok && d.Sub(now) < rtt {
+		if err == nil && !c.until.IsZero() && !now.Before(c.until) {
+			err = context.DeadlineExceeded
+		}
+		if err == nil && !c.until.IsZero() && c.until.Sub(now) < rtt {
 			err = fmt.Errorf("redis: not sent, the deadline is nearer than a round trip (%v): %w", rtt, context.DeadlineExceeded)
 			// Lower the estimate a little at each call it keeps out, so
 			// that one slow spell cannot keep every call out for good.

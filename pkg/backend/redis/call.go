@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // call is one Apply waiting for its script calls. The worker that runs it
@@ -10,6 +11,9 @@ import (
 // a caller may leave at its deadline while the call is in flight.
 type call struct {
 	ctx    context.Context
+	until  time.Time // the call's deadline: ctx's, or ApplyBy's earlier one (zero: none)
+	timed  bool      // until is ApplyBy's, earlier than ctx's: the caller waits with timer
+	timer  *time.Timer
 	now    int64 // the requests' now in ARGV (-1: Redis's TIME)
 	whole  bool  // false: the request is split across Cluster slots
 	taken  bool  // a worker took it for a pipeline (under Store.mu)
@@ -102,7 +106,7 @@ var callPool sync.Pool
 func releaseCall(c *call) {
 	g := &c.groupBuf[0]
 	g.reply, g.err, g.slot = nil, nil, 0
-	c.ctx, c.groups, c.err = nil, nil, nil
+	c.ctx, c.groups, c.err, c.until, c.timed = nil, nil, nil, time.Time{}, false
 	c.taken, c.state, c.late, c.resolved, c.chargedBy = false, waiting, nil, false, nil
 	callPool.Put(c)
 }

@@ -306,7 +306,7 @@ func (r *Store) flush(ctx, sendCtx context.Context) bool {
 	defer r.wb.settled(len(items)) // after the failed ones are put back
 	calls := make([]*call, len(items))
 	for i := range items {
-		calls[i] = r.newCall(context.Background(), items[i:i+1])
+		calls[i] = r.newCall(context.Background(), time.Time{}, items[i:i+1])
 	}
 	r.send(sendCtx, calls, nil)
 	out := make([]algorithms.Decision, 1)

@@ -166,3 +166,62 @@ func TestTimedOutRefusedCallCountedUnsure(t *testing.T) {
 	}
 	t.Logf("%v; Redis ran it: %v; stats %+v", err, n == 1, st)
 }
+
+// ApplyBy takes the call's budget as a deadline beside its context
+// (backend.TakesDeadline, what pkg/rls uses instead of a context with a
+// timer): it decides as Apply does while the deadline is ahead (calls in a
+// row reuse a pooled call and its timer), sends nothing once it has
+// passed, and returns at the deadline from a frozen Redis with an error
+// wrapping context.DeadlineExceeded, charging the call once Redis resumes
+// and runs it, as for a context's deadline.
+func TestApplyByDeadline(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	var _ backend.TakesDeadline = r
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100, Window: time.Hour}
+	item := []backend.Item{{Key: "k", Limit: l, Hits: 1}}
+	out := make([]algorithms.Decision, 1)
+	for i := range 5 {
+		allowed, err := r.ApplyBy(context.Background(), time.Now().Add(time.Minute), item, out)
+		if err != nil || !allowed || out[0].Remaining != uint64(100-1-i) {
+			t.Fatalf("ApplyBy %d: %v %v %+v, want allowed with %d remaining", i, allowed, err, out[0], 100-1-i)
+		}
+	}
+	// A context deadline earlier than until still binds.
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	if _, err := r.ApplyBy(ctx, time.Now().Add(time.Minute), item, out); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ApplyBy past ctx's deadline: %v, want DeadlineExceeded", err)
+	}
+	if _, err := r.ApplyBy(context.Background(), time.Now().Add(-time.Millisecond), item, out); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ApplyBy past until: %v, want DeadlineExceeded", err)
+	}
+	if st := r.Stats(); st.NotSent != 2 {
+		t.Fatalf("stats %+v: want 2 calls not sent", st)
+	}
+	if got := used(t, r, "k", l); got != 5 {
+		t.Fatalf("Redis counted %d hits, want 5", got)
+	}
+
+	srv.Pause()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.ApplyBy(context.Background(), time.Now().Add(100*time.Millisecond), item, make([]algorithms.Decision, 1))
+		done <- err
+	}()
+	// The client's timeouts are a minute: only the deadline ends the wait.
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ApplyBy on a frozen Redis: %v, want DeadlineExceeded", err)
+	}
+	srv.Resume()
+	settle(t, r)
+	st := r.Stats()
+	if got := used(t, r, "k", l); got != 5+st.LateCharged {
+		t.Errorf("Redis counted %d hits, want 5 + %d charged late", got, st.LateCharged)
+	}
+	for i := range 3 {
+		if allowed, err := r.ApplyBy(context.Background(), time.Now().Add(time.Minute), item, out); err != nil || !allowed {
+			t.Fatalf("ApplyBy %d after the freeze: %v %v", i, allowed, err)
+		}
+	}
+}

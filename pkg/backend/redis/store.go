@@ -318,6 +318,16 @@ func (r *Store) Close() error {
 // because the key encodes the limit (a per-request override has another
 // key) and only time can lower a key's count.
 func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	return r.ApplyBy(ctx, time.Time{}, items, out)
+}
+
+// ApplyBy is Apply with a deadline until beside ctx's (backend.TakesDeadline):
+// the call is not sent once until is nearer than a round trip, and the
+// caller leaves at until, as under a context with that deadline, whose
+// error (context.DeadlineExceeded) it then reports. It spares the caller a
+// context with a timer per call: the call waits with a timer of its own,
+// reused with the call.
+func (r *Store) ApplyBy(ctx context.Context, until time.Time, items []backend.Item, out []algorithms.Decision) (bool, error) {
 	if r.closed.Load() {
 		return false, backend.ErrClosed
 	}
@@ -340,9 +350,12 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 			return allowed, nil
 		}
 	}
-	c := r.newCall(ctx, items)
+	c := r.newCall(ctx, until, items)
 	var err error
-	if err = ctx.Err(); err != nil {
+	if err = ctx.Err(); err == nil && c.timed && !time.Now().Before(c.until) {
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
 		// The budget is spent (or the caller left) before the call could
 		// be queued: it is not sent, so it charged nothing, and the
 		// failure mode decides as for any call Redis did not answer in
@@ -390,18 +403,43 @@ func (r *Store) do(c *call) error {
 		c.state, c.resolved = abandoned, true
 		return backend.ErrClosed
 	}
+	var timeout <-chan time.Time
+	if c.timed {
+		// ApplyBy's deadline, earlier than ctx's: a timer of the call's
+		// own, reused with the call (a context with a deadline would
+		// make one per call, and allocate).
+		d := time.Until(c.until)
+		if c.timer == nil {
+			c.timer = time.NewTimer(d)
+		} else {
+			c.timer.Reset(d)
+		}
+		timeout = c.timer.C
+	}
+	var left error
 	select {
 	case <-c.done:
+		if c.timed {
+			c.timer.Stop()
+		}
 		return c.err
 	case <-c.ctx.Done():
-		if r.unqueue(c) {
-			c.state, c.resolved = abandoned, true
-			r.notSent.Add(1)
-			return fmt.Errorf("redis: not sent, no pipeline was free before the deadline: %w", c.ctx.Err())
-		}
-		if c.abandon() {
-			return c.ctx.Err()
-		}
+		left = c.ctx.Err()
+	case <-timeout:
+		left = context.DeadlineExceeded
+	}
+	if c.timed {
+		// Stopped (or fired and received): no value is left for the
+		// call's next use.
+		c.timer.Stop()
+	}
+	if r.unqueue(c) {
+		c.state, c.resolved = abandoned, true
+		r.notSent.Add(1)
+		return fmt.Errorf("redis: not sent, no pipeline was free before the deadline: %w", left)
+	}
+	if c.abandon() {
+		return left
 	}
 	<-c.done // the worker finished as the caller was leaving
 	return c.err
