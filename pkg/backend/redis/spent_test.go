@@ -3,6 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -224,4 +227,58 @@ func TestApplyByDeadline(t *testing.T) {
 			t.Fatalf("ApplyBy %d after the freeze: %v %v", i, allowed, err)
 		}
 	}
+}
+
+// Calls are pooled and reused once answered, and each waits with a timer
+// of its own: callers whose deadlines pass at random points (before
+// queuing, while queued, in flight) beside callers that get their
+// answers must never see another call's result nor hang. Each goroutine
+// has its own key, so the Remaining of its answers falls strictly.
+func TestPooledCallsUnderDeadlines(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), BatchSize: 8})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1 << 30, Window: time.Hour}
+	const workers, calls = 16, 300
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			item := []backend.Item{{Key: "pool-" + strconv.Itoa(w), Limit: l, Hits: 1}}
+			out := make([]algorithms.Decision, 1)
+			last := uint64(math.MaxUint64)
+			answered := 0
+			for i := range calls {
+				// Deadlines from already past to a few round trips away,
+				// and every seventh a minute away (answered).
+				until := time.Now().Add(time.Duration(i%7-1) * 200 * time.Microsecond)
+				if i%7 == 6 {
+					until = time.Now().Add(time.Minute)
+				}
+				allowed, err := r.ApplyBy(context.Background(), until, item, out)
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						errs <- fmt.Errorf("worker %d call %d: %v", w, i, err)
+						return
+					}
+					continue
+				}
+				if !allowed || out[0].Remaining >= last || out[0].Limit != l.Requests {
+					errs <- fmt.Errorf("worker %d call %d: %v %+v after remaining %d", w, i, allowed, out[0], last)
+					return
+				}
+				last = out[0].Remaining
+				answered++
+			}
+			if answered == 0 {
+				errs <- fmt.Errorf("worker %d: no call answered", w)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("stats %+v", r.Stats())
 }
