@@ -103,26 +103,15 @@ type Store interface {
 	Close() error
 }
 
-// NeverWaits is implemented by a Store whose Apply never waits (no I/O, no
-// lock held across I/O: it decides from state in this process in
-// microseconds) and therefore ignores its context. A caller need not give
-// such a store's calls a deadline of their own: pkg/rls passes the caller's
-// context as it is, where it makes a context with a timer (the call's
-// budget) for any other store. A type that embeds such a store and waits
-// in its own Apply must not promote the method.
-type NeverWaits interface {
-	Store
-	// NeverWaits marks the store; it does nothing.
-	NeverWaits()
-}
-
 // TakesDeadline is implemented by a Store that can take a call's time
 // budget as a deadline beside the caller's context: ApplyBy(ctx, until,
 // items, out) decides exactly as Apply would under ctx with its deadline
 // moved to until (when until is earlier; a zero until adds none), and
 // fails the same way when the budget runs out (an error wrapping
 // context.DeadlineExceeded). pkg/rls then makes no context with a timer
-// per call for the budget, which costs about four allocations.
+// per call for the budget, which costs about four allocations. A store that
+// never waits (the memory store) implements it by ignoring until. A type
+// that embeds such a store and overrides Apply must override ApplyBy too.
 type TakesDeadline interface {
 	Store
 	ApplyBy(ctx context.Context, until time.Time, items []Item, out []algorithms.Decision) (allowed bool, err error)

@@ -88,12 +88,13 @@ func TestBudget(t *testing.T) {
 
 // deadlineStore decides with a real memory store and records the deadline
 // of the context each call gets. It does not embed the memory store, whose
-// NeverWaits it would take: the service treats it as any store that may
-// wait.
+// ApplyBy it would take: the service treats it as any store that takes no
+// deadline of its own.
 type deadlineStore struct {
 	m        *memory.Store
 	deadline time.Time
 	has      bool
+	until    time.Time // ApplyBy's deadline
 }
 
 func (d *deadlineStore) Apply(ctx context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
@@ -103,18 +104,23 @@ func (d *deadlineStore) Apply(ctx context.Context, items []backend.Item, out []a
 
 func (d *deadlineStore) Close() error { return d.m.Close() }
 
-// neverWaitsStore is a deadlineStore that says it never waits, as the
-// memory store does.
-type neverWaitsStore struct{ *deadlineStore }
+// byDeadlineStore is a deadlineStore that takes the budget as a deadline
+// (backend.TakesDeadline), as the memory and Redis stores do.
+type byDeadlineStore struct{ *deadlineStore }
 
-func (neverWaitsStore) NeverWaits() {}
+func (d byDeadlineStore) ApplyBy(ctx context.Context, until time.Time, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	d.until = until
+	return d.Apply(ctx, items, out)
+}
 
-// TestStoreThatNeverWaitsRunsUnderTheCallersContext: a store that may wait
-// gets the call's budget (the caller's deadline less the answer margin); a
-// store that never waits (backend.NeverWaits) gets the caller's context as
-// it is, with no context (and timer) made per call.
-func TestStoreThatNeverWaitsRunsUnderTheCallersContext(t *testing.T) {
-	var _ backend.NeverWaits = (*memory.Store)(nil)
+// TestStoreThatTakesADeadlineRunsUnderTheCallersContext: a store that takes
+// no deadline gets the call's budget (the caller's deadline less the answer
+// margin) as its context's deadline; a store that takes it beside its
+// context (backend.TakesDeadline, which the memory store, which never
+// waits, does by ignoring it) gets the caller's context as it is, with no
+// context (and timer) made per call, and the budget as the deadline.
+func TestStoreThatTakesADeadlineRunsUnderTheCallersContext(t *testing.T) {
+	var _ backend.TakesDeadline = (*memory.Store)(nil)
 	cfg, err := descriptors.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +136,8 @@ func TestStoreThatNeverWaitsRunsUnderTheCallersContext(t *testing.T) {
 		never bool
 		want  time.Time
 	}{
-		{"may wait", false, caller.Add(-MaxAnswerMargin)},
-		{"never waits", true, caller},
+		{"context deadline", false, caller.Add(-MaxAnswerMargin)},
+		{"takes a deadline", true, caller},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := memory.New()
@@ -139,7 +145,7 @@ func TestStoreThatNeverWaitsRunsUnderTheCallersContext(t *testing.T) {
 			rec := &deadlineStore{m: m}
 			var store backend.Store = rec
 			if tc.never {
-				store = neverWaitsStore{rec}
+				store = byDeadlineStore{rec}
 			}
 			s := New(store, cfg, Options{})
 			resp, err := s.ShouldRateLimit(ctx, req)
@@ -148,6 +154,9 @@ func TestStoreThatNeverWaitsRunsUnderTheCallersContext(t *testing.T) {
 			}
 			if !rec.has || !rec.deadline.Equal(tc.want) {
 				t.Errorf("the store's deadline: %v (set: %v), want %v", rec.deadline, rec.has, tc.want)
+			}
+			if budget := caller.Add(-MaxAnswerMargin); tc.never && !rec.until.Equal(budget) {
+				t.Errorf("ApplyBy's deadline: %v, want the budget %v", rec.until, budget)
 			}
 		})
 	}

@@ -159,11 +159,8 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store backend.Store
-	// noBudget: the store never waits (backend.NeverWaits), so its calls
-	// run under the caller's context, without a budget of their own.
-	noBudget bool
-	// byDeadline: the store takes the budget as a deadline
-	// (backend.TakesDeadline); nil otherwise.
+	// byDeadline: the store takes the budget as a deadline beside the
+	// caller's context (backend.TakesDeadline); nil otherwise.
 	byDeadline backend.TakesDeadline
 	config     atomic.Pointer[descriptors.Config]
 	opts       Options
@@ -187,10 +184,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // nil: every descriptor is then allowed until SetConfig).
 func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	s := &Service{store: store, opts: opts, log: opts.Logger}
-	_, s.noBudget = store.(backend.NeverWaits)
-	if !s.noBudget {
-		s.byDeadline, _ = store.(backend.TakesDeadline)
-	}
+	s.byDeadline, _ = store.(backend.TakesDeadline)
 	s.legacyNames = opts.LegacyHeaderNames.OrDefault()
 	if s.log == nil {
 		s.log = slog.Default()
@@ -363,14 +357,8 @@ func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err err
 		}
 		return allowed, err
 	}
-	bctx := ctx
-	if !s.noBudget {
-		// A context with a timer: about a microsecond and four allocations
-		// per call, spared for a store that would not look at it.
-		var cancel context.CancelFunc
-		bctx, cancel = s.budget(ctx)
-		defer cancel()
-	}
+	bctx, cancel := s.budget(ctx)
+	defer cancel()
 	sc.prepareDecisions()
 	allowed, err = s.store.Apply(bctx, sc.items, sc.decisions)
 	if err != nil {

@@ -190,8 +190,11 @@ type scratch struct {
 	charged [inlineItems]bool
 }
 
-// NeverWaits implements backend.NeverWaits: Apply ignores its context.
-func (m *Store) NeverWaits() {}
+// ApplyBy implements backend.TakesDeadline: it is Apply, which never waits
+// and so needs no deadline.
+func (m *Store) ApplyBy(ctx context.Context, _ time.Time, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	return m.Apply(ctx, items, out)
+}
 
 // Apply implements backend.Store. See Store for its guarantees. It returns
 // backend.ErrClosed after Close and an error when out is shorter than items.
