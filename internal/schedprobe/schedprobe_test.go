@@ -15,32 +15,10 @@ import (
 // least twice both.
 func TestProbeSeesDelay(t *testing.T) {
 	p := Start()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 4*runtime.GOMAXPROCS(0); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for j := 0; j < 1e6; j++ {
-				}
-			}
-		}()
-	}
-	deadline := time.Now().Add(10 * time.Second)
 	// Poll for both: the probe's delay shows within a tick or two, but the
 	// runtime records a goroutine's wait to run only when it runs again
 	// (and for a sample of transitions), so the histogram may lag.
-	for (p.Worst() == 0 || p.SchedMax() == 0) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(stop)
-	wg.Wait()
+	spin(4*runtime.GOMAXPROCS(0), func() bool { return p.Worst() > 0 && p.SchedMax() > 0 })
 	b := p.Stop()
 	if p.Worst() <= 0 {
 		t.Fatal("the probe saw no delay under load")
@@ -69,9 +47,23 @@ func TestProbeSeesThreadsWaitingForACPU(t *testing.T) {
 	spinners := 4 * runtime.NumCPU()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(spinners))
 	p := Start()
+	spin(spinners, func() bool { return p.RunDelay() >= 10*time.Millisecond })
+	b := p.Stop()
+	if p.RunDelay() < 10*time.Millisecond {
+		t.Fatalf("threads spinning on %d Ps with %d CPUs waited %v for a CPU, want 10ms or more", spinners, runtime.NumCPU(), p.RunDelay())
+	}
+	if b < p.RunDelay() {
+		t.Fatalf("Bound %v below the threads' waits for a CPU %v", b, p.RunDelay())
+	}
+	t.Logf("probe %v, runtime's longest wait to run %v, threads' waits for a CPU %v: Bound %v", p.Worst(), p.SchedMax(), p.RunDelay(), b)
+}
+
+// spin keeps n goroutines spinning until done reports true (polled every
+// 10 ms) or 10 s have passed, then stops them.
+func spin(n int, done func() bool) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := 0; i < spinners; i++ {
+	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -87,17 +79,9 @@ func TestProbeSeesThreadsWaitingForACPU(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for p.RunDelay() < 10*time.Millisecond && time.Now().Before(deadline) {
+	for !done() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
-	b := p.Stop()
-	if p.RunDelay() < 10*time.Millisecond {
-		t.Fatalf("threads spinning on %d Ps with %d CPUs waited %v for a CPU, want 10ms or more", spinners, runtime.NumCPU(), p.RunDelay())
-	}
-	if b < p.RunDelay() {
-		t.Fatalf("Bound %v below the threads' waits for a CPU %v", b, p.RunDelay())
-	}
-	t.Logf("probe %v, runtime's longest wait to run %v, threads' waits for a CPU %v: Bound %v", p.Worst(), p.SchedMax(), p.RunDelay(), b)
 }
