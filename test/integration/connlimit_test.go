@@ -275,16 +275,7 @@ func TestPartialStreamsOnManyConnections(t *testing.T) {
 	for range conns {
 		sent += dialRawH2(t, p.grpcAddr).partialStreams(streams, size)
 	}
-	last, still := procStatusKB(t, p, "VmRSS"), 0
-	waitFor(t, 30*time.Second, "RSS to settle", func() bool {
-		now := procStatusKB(t, p, "VmRSS")
-		if now == last {
-			still++
-		} else {
-			last, still = now, 0
-		}
-		return still >= 50 // polled every 20 ms
-	})
+	waitRSSSettled(t, p)
 	peak := procStatusKB(t, p, "VmHWM")
 	refused := metricValue(t, p, "envoy_rls_grpc_connections_refused_total")
 	t.Logf("%d connections x %d streams, %d KiB accepted by the kernel: %v refused; RSS %d KiB at start, peak %d KiB (+%d KiB)",

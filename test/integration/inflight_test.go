@@ -77,17 +77,7 @@ func TestRequestsInFlightOnOneConnection(t *testing.T) {
 		sent += len(msg)
 	}
 	bw.Flush()
-	// Until the server has taken what it will take: RSS unchanged for 1 s.
-	last, still := procStatusKB(t, p, "VmRSS"), 0
-	waitFor(t, 30*time.Second, "RSS to settle", func() bool {
-		now := procStatusKB(t, p, "VmRSS")
-		if now == last {
-			still++
-		} else {
-			last, still = now, 0
-		}
-		return still >= 50 // polled every 20 ms
-	})
+	waitRSSSettled(t, p)
 	peak := procStatusKB(t, p, "VmHWM")
 	t.Logf("%d streams, %d KiB sent: RSS %d KiB at start, peak %d KiB (+%d KiB)", streams, sent>>10, start, peak, peak-start)
 	if bound := start + 2*streams*size>>10; peak > uint64(bound) {

@@ -93,6 +93,22 @@ func procStatusKB(t *testing.T, p *proc, field string) uint64 {
 	return 0
 }
 
+// waitRSSSettled waits until p has taken what it will take: its RSS
+// unchanged for 1 s (50 polls 20 ms apart).
+func waitRSSSettled(t *testing.T, p *proc) {
+	t.Helper()
+	last, still := procStatusKB(t, p, "VmRSS"), 0
+	waitFor(t, 30*time.Second, "RSS to settle", func() bool {
+		now := procStatusKB(t, p, "VmRSS")
+		if now == last {
+			still++
+		} else {
+			last, still = now, 0
+		}
+		return still >= 50
+	})
+}
+
 // flood sends n distinct values of key, valueLen bytes each (the numbers
 // from first, zero-padded), perRequest descriptors per request, from four
 // clients at once, and returns how many requests were answered OK.
