@@ -22,9 +22,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -60,6 +63,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("envoy-rls-floor", flag.ContinueOnError)
 	fs.SetOutput(out)
 	addr := fs.String("addr", "127.0.0.1:8091", "gRPC listen address")
+	debug := fs.String("debug-addr", "", "listener for /debug/pprof/, so that the floor's CPU profile can be set beside envoy-rls's under the same load (empty: none)")
 	workers := fs.Uint("grpc-stream-workers", DefaultStreamWorkers, "goroutines that run gRPC calls, as envoy-rls's flag of that name (0: a goroutine per call, grpc-go's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,6 +74,20 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *workers > 1<<16 {
 		return fmt.Errorf("--grpc-stream-workers %d: at most %d", *workers, 1<<16)
+	}
+	if *debug != "" {
+		dl, err := net.Listen("tcp", *debug)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(dl) }()
+		defer hs.Close()
+		fmt.Fprintln(out, "envoy-rls-floor: /debug/pprof/ on", dl.Addr())
 	}
 	srv := grpc.NewServer(grpc.NumStreamWorkers(uint32(*workers)))
 	rlsv3.RegisterRateLimitServiceServer(srv, floor{})

@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,5 +79,33 @@ func TestFloorRunsEnvoyRLSsStreamWorkers(t *testing.T) {
 	var out strings.Builder
 	if err := run(context.Background(), []string{"--grpc-stream-workers", "70000"}, &out); err == nil {
 		t.Fatal("--grpc-stream-workers 70000 was accepted")
+	}
+}
+
+// --debug-addr serves a CPU profile of the floor, to be set beside
+// envoy-rls's (its --debug-addr) under the same load.
+func TestFloorServesItsProfile(t *testing.T) {
+	addr, debug := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--addr", addr, "--debug-addr", debug}, io.Discard) }()
+	var resp *http.Response
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err = http.Get("http://" + debug + "/debug/pprof/profile?seconds=1"); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(body) == 0 {
+		t.Fatalf("profile: status %d, %d bytes, %v", resp.StatusCode, len(body), err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run returned %v after its context ended", err)
 	}
 }

@@ -54,6 +54,7 @@ type options struct {
 	extraArgs   string
 	binB        string // redis-b's envoy-rls (empty: the same binary)
 	verbose     bool
+	profileDir  string // non-empty: a CPU profile of every Go server after the rounds
 	extraArgsB  string
 }
 
@@ -86,6 +87,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.extraArgs, "redis-args", "", "extra flags for envoy-rls on Redis, space-separated (e.g. --redis-batch-window=50us)")
 	fs.StringVar(&o.binB, "redis-b-bin", "", "system redis-b (A/B runs): this envoy-rls binary on its own redis-server (empty: the same binary as redis)")
 	fs.StringVar(&o.extraArgsB, "redis-b-args", "", "extra flags for redis-b, space-separated")
+	fs.StringVar(&o.profileDir, "profile", "", "after each scenario's rounds, one more round per system (not counted) with a CPU profile of the server (floor, memory, redis, redis-b) written to this directory as <keys>-<system>.pprof")
 	fs.BoolVar(&o.verbose, "v", false, "print every round's figures to stderr as it ends")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -121,11 +123,12 @@ func parse(args []string) (options, error) {
 
 // system is one server under load, with its redis-server if it has one.
 type system struct {
-	name  string
-	addr  string // gRPC
-	cmd   *exec.Cmd
-	redis *redisProc
-	notes string
+	name      string
+	addr      string // gRPC
+	debugAddr string // /debug/pprof/ (empty: none)
+	cmd       *exec.Cmd
+	redis     *redisProc
+	notes     string
 }
 
 type redisProc struct {
@@ -147,6 +150,11 @@ type sample struct {
 	hasRedis        bool
 	scriptName      string
 	scriptCallsPerQ float64
+
+	// Where the machine's CPU went, per request (see costs).
+	loadCPU                 float64 // µs of envoy-rls-load's CPU
+	reads, writes, switches float64 // the server's system calls and context switches
+	idle, steal             float64 // share of the machine's CPU time idle, and taken by the hypervisor
 }
 
 const loadDomain = "bench"
@@ -221,12 +229,45 @@ func run(o options, out io.Writer) error {
 				}
 				samples[s.name] = append(samples[s.name], sm)
 				if o.verbose {
-					fmt.Fprintf(os.Stderr, "round %d %-9s %8.0f req/s  server %5.1f µs/req  redis cpu %5.2f µs/req  trips %.3f/req\n",
-						r+1, s.name, sm.rps, sm.serverCPU, sm.redisCPU, sm.redisTrips)
+					fmt.Fprintf(os.Stderr, "round %d %-9s %8.0f req/s  server %5.1f µs/req  redis cpu %5.2f µs/req  trips %.3f/req  load %5.1f µs/req  idle %3.0f%%  syscalls %.3f/req  switches %.3f/req\n",
+						r+1, s.name, sm.rps, sm.serverCPU, sm.redisCPU, sm.redisTrips, sm.loadCPU, 100*sm.idle, sm.reads+sm.writes, sm.switches)
 				}
 			}
 		}
 		report(out, o, keys, systems, samples)
+		if o.profileDir != "" {
+			if err := profileRound(o, systems, keys); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nCPU profiles of one more round per system (not counted) in %s\n", o.profileDir)
+		}
+	}
+	return nil
+}
+
+// profileRound drives every system that has a profile endpoint once more
+// for o.duration while taking a CPU profile of it (most of the round),
+// written to o.profileDir as <keys>-<system>.pprof.
+func profileRound(o options, systems []*system, keys int) error {
+	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+		return err
+	}
+	secs := max(1, int((o.duration - time.Second).Seconds()))
+	for _, s := range systems {
+		if s.debugAddr == "" {
+			continue
+		}
+		got := make(chan error, 1)
+		go func() {
+			got <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, secs),
+				filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name)))
+		}()
+		if _, err := drive(o, s, keys, o.duration); err != nil {
+			return err
+		}
+		if err := <-got; err != nil {
+			return fmt.Errorf("profile of %s: %w", s.name, err)
+		}
 	}
 	return nil
 }
@@ -245,6 +286,14 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 	if err != nil {
 		return sm, err
 	}
+	k0, err := countsOf(s.cmd.Process.Pid)
+	if err != nil {
+		return sm, err
+	}
+	i0, t0, st0, err := machineTicks()
+	if err != nil {
+		return sm, err
+	}
 	load := exec.Command(filepath.Join(o.binDir, "envoy-rls-load"), "--addr", s.addr, "--domain", loadDomain,
 		"--key", "user", "--keys", strconv.Itoa(keys), "--concurrency", strconv.Itoa(o.concurrency),
 		"--conns", strconv.Itoa(o.conns), "--duration", d.String(), "--requests", "1000000000")
@@ -256,6 +305,14 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 	if err != nil {
 		return sm, err
 	}
+	k1, err := countsOf(s.cmd.Process.Pid)
+	if err != nil {
+		return sm, err
+	}
+	i1, t1, st1, err := machineTicks()
+	if err != nil {
+		return sm, err
+	}
 	if err := parseLoad(string(txt), &sm); err != nil {
 		return sm, fmt.Errorf("%s: %w\n%s", s.name, err, txt)
 	}
@@ -264,6 +321,12 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 	}
 	n := float64(sm.calls)
 	sm.serverCPU = (c1 - c0) / n
+	ps := load.ProcessState
+	sm.loadCPU = float64((ps.UserTime() + ps.SystemTime()).Microseconds()) / n
+	sm.reads, sm.writes, sm.switches = (k1.reads-k0.reads)/n, (k1.writes-k0.writes)/n, (k1.switches-k0.switches)/n
+	if t1 > t0 {
+		sm.idle, sm.steal = (i1-i0)/(t1-t0), (st1-st0)/(t1-t0)
+	}
 	if s.redis != nil {
 		ra, err := snapRedis(s.redis)
 		if err != nil {
@@ -390,6 +453,31 @@ func report(out io.Writer, o options, keys int, systems []*system, samples map[s
 		}
 		fmt.Fprintf(tw, "%s\t%.0f (%.2fx)\t%.0f (%.2fx)\t%.0f (%.2fx)\t%.1f (%.2fx)\t%s%.0f–%.0f\t\n", s.name,
 			rps, rps/frps, p50, p50/fp50, p99, p99/fp99, cpu, cpu/fcpu, redisCols, lo, hi)
+	}
+	_ = tw.Flush()
+	costs(out, systems, samples)
+}
+
+// costs prints where the machine's CPU went per request, beside the table
+// of report: the load generator's CPU (it shares the machine), the CPU of
+// every process of the system together, how much of the machine stayed idle
+// (none: the systems are bound by CPU, so CPU per request sets requests/s)
+// or was stolen by the hypervisor, and the server's read and write system
+// calls and context switches per request.
+func costs(out io.Writer, systems []*system, samples map[string][]sample) {
+	fmt.Fprintf(out, "\nwhere the CPU went, per request (medians)\n\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tload generator CPU µs\tall processes CPU µs\tmachine idle\tsteal\tserver reads\tserver writes\tserver context switches\t")
+	for _, s := range systems {
+		ss := samples[s.name]
+		all := med(ss, func(s sample) float64 { return s.loadCPU + s.serverCPU + s.redisCPU })
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f%%\t%.0f%%\t%.3f\t%.3f\t%.3f\t\n", s.name,
+			med(ss, func(s sample) float64 { return s.loadCPU }), all,
+			100*med(ss, func(s sample) float64 { return s.idle }),
+			100*med(ss, func(s sample) float64 { return s.steal }),
+			med(ss, func(s sample) float64 { return s.reads }),
+			med(ss, func(s sample) float64 { return s.writes }),
+			med(ss, func(s sample) float64 { return s.switches }))
 	}
 	_ = tw.Flush()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,49 @@ func TestMedianAndFlags(t *testing.T) {
 	}
 	if _, err := parse([]string{"--systems", "floor,redis-c"}); err == nil {
 		t.Fatal("an unknown system was accepted")
+	}
+}
+
+func TestParseStatSplitsIdleAndSteal(t *testing.T) {
+	idle, total, steal, err := parseStat("cpu  100 5 50 800 20 1 4 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle != 820 || total != 990 || steal != 10 {
+		t.Fatalf("idle %v total %v steal %v, want 820, 990, 10", idle, total, steal)
+	}
+	if _, _, _, err := parseStat("intr 1 2 3\n"); err == nil {
+		t.Fatal("a stat file without the cpu line was accepted")
+	}
+}
+
+func TestProcFieldReadsIoAndStatus(t *testing.T) {
+	io := []byte("rchar: 10\nwchar: 20\nsyscr: 7\nsyscw: 9\n")
+	if v, err := procField(io, "syscr"); err != nil || v != 7 {
+		t.Fatalf("syscr = %v, %v", v, err)
+	}
+	st := []byte("Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n")
+	if v, err := procField(st, "voluntary_ctxt_switches"); err != nil || v != 12 {
+		t.Fatalf("voluntary = %v, %v", v, err)
+	}
+	if _, err := procField(io, "syscx"); err == nil {
+		t.Fatal("a missing field was found")
+	}
+}
+
+func TestCountsOfThisProcess(t *testing.T) {
+	a, err := countsOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := countsOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.reads <= a.reads || a.switches <= 0 {
+		t.Fatalf("reads %v -> %v, switches %v: the counts do not move", a.reads, b.reads, a.switches)
 	}
 }

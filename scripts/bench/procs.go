@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,10 +54,23 @@ func start(o options, name, work, cfg string) (*system, error) {
 	var cmd *exec.Cmd
 	switch name {
 	case "floor":
-		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), "--addr", addr)
+		args := []string{"--addr", addr}
+		if o.profileDir != "" {
+			if s.debugAddr, err = freeAddr(); err != nil {
+				return s, err
+			}
+			args = append(args, "--debug-addr", s.debugAddr)
+		}
+		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), args...)
 	case "memory", "redis", "redis-b":
 		args := []string{"serve", "--config", cfg, "--grpc-addr", addr, "--http-addr", "",
 			"--watch-config=false", "--log-level", "warn", "--backend-timeout", "1s"}
+		if o.profileDir != "" {
+			if s.debugAddr, err = freeAddr(); err != nil {
+				return s, err
+			}
+			args = append(args, "--debug-addr", s.debugAddr)
+		}
 		bin := filepath.Join(o.binDir, "envoy-rls")
 		if name != "memory" {
 			if s.redis, err = startRedis(o, work, name); err != nil {
@@ -195,6 +210,27 @@ func waitReady(addr string) error {
 	return fmt.Errorf("%s did not answer within 30s: %v", addr, last)
 }
 
+// fetchProfile writes what url answers to path.
+func fetchProfile(url, path string) error {
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // cpuMicros returns the user+system CPU of pid in µs.
 func cpuMicros(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -272,4 +308,92 @@ func snapRedis(p *redisProc) (redisSnap, error) {
 		}
 	}
 	return s, nil
+}
+
+// procCounts is what the kernel counted for a process at one instant: the
+// read and write system calls of its threads (/proc/<pid>/io syscr and
+// syscw: every read, write, recvfrom and sendto, EAGAIN included, on
+// sockets as on files) and their context switches (/proc/<pid>/task/*/status
+// voluntary_ctxt_switches, a thread blocking: parked in a futex or in
+// epoll_wait, plus nonvoluntary_ctxt_switches, one preempted).
+type procCounts struct {
+	reads, writes, switches float64
+}
+
+func countsOf(pid int) (procCounts, error) {
+	var pc procCounts
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return pc, err
+	}
+	if pc.reads, err = procField(b, "syscr"); err != nil {
+		return pc, err
+	}
+	if pc.writes, err = procField(b, "syscw"); err != nil {
+		return pc, err
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return pc, fmt.Errorf("no threads of %d: %v", pid, err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that has just exited
+		}
+		v, err1 := procField(b, "voluntary_ctxt_switches")
+		n, err2 := procField(b, "nonvoluntary_ctxt_switches")
+		if err1 != nil || err2 != nil {
+			return pc, fmt.Errorf("%s: no context switch counts", t)
+		}
+		pc.switches += v + n
+	}
+	return pc, nil
+}
+
+// procField reads "name: value" (or "name value") from a /proc file.
+func procField(b []byte, name string) (float64, error) {
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == name {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s", name)
+}
+
+// machineTicks returns the machine's idle, total and stolen CPU ticks
+// from the first line of /proc/stat: idle and iowait count as idle; steal
+// is time the hypervisor gave another guest while this one wanted to run
+// (it counts in the total).
+func machineTicks() (idle, total, steal float64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return parseStat(string(b))
+}
+
+func parseStat(txt string) (idle, total, steal float64, err error) {
+	line, _, _ := strings.Cut(txt, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, 0, errors.New("malformed /proc/stat")
+	}
+	// user nice system idle iowait irq softirq steal; guest time is
+	// counted in user already.
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return 0, 0, 0, errors.New("malformed /proc/stat")
+		}
+		total += v
+		switch i {
+		case 3, 4:
+			idle += v
+		case 7:
+			steal = v
+		}
+	}
+	return idle, total, steal, nil
 }
