@@ -236,10 +236,9 @@ func run(o options, out io.Writer) error {
 		}
 		report(out, o, keys, systems, samples)
 		if o.profileDir != "" {
-			if err := profileRound(o, systems, keys); err != nil {
+			if err := profileRound(o, out, systems, keys); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "\nCPU profiles of one more round per system (not counted) in %s\n", o.profileDir)
 		}
 	}
 	return nil
@@ -247,12 +246,14 @@ func run(o options, out io.Writer) error {
 
 // profileRound drives every system that has a profile endpoint once more
 // for o.duration while taking a CPU profile of it (most of the round),
-// written to o.profileDir as <keys>-<system>.pprof.
-func profileRound(o options, systems []*system, keys int) error {
+// written to o.profileDir as <keys>-<system>.pprof. It prints each
+// round's calls and server CPU, by which to divide a profile's samples.
+func profileRound(o options, out io.Writer, systems []*system, keys int) error {
 	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 		return err
 	}
 	secs := max(1, int((o.duration - time.Second).Seconds()))
+	fmt.Fprintln(out)
 	for _, s := range systems {
 		if s.debugAddr == "" {
 			continue
@@ -262,12 +263,16 @@ func profileRound(o options, systems []*system, keys int) error {
 			got <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, secs),
 				filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name)))
 		}()
-		if _, err := drive(o, s, keys, o.duration); err != nil {
+		sm, err := drive(o, s, keys, o.duration)
+		if err != nil {
 			return err
 		}
 		if err := <-got; err != nil {
 			return fmt.Errorf("profile of %s: %w", s.name, err)
 		}
+		path := filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name))
+		fmt.Fprintf(out, "profile %s: %d calls in the round at %.0f calls/s, server CPU %.1f µs/call (the profile covers %ds of it)\n",
+			path, sm.calls, sm.rps, sm.serverCPU, secs)
 	}
 	return nil
 }
