@@ -258,10 +258,10 @@ func profileRound(o options, out io.Writer, systems []*system, keys int) error {
 		if s.debugAddr == "" {
 			continue
 		}
+		path := filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name))
 		got := make(chan error, 1)
 		go func() {
-			got <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, secs),
-				filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name)))
+			got <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, secs), path)
 		}()
 		sm, err := drive(o, s, keys, o.duration)
 		if err != nil {
@@ -270,7 +270,6 @@ func profileRound(o options, out io.Writer, systems []*system, keys int) error {
 		if err := <-got; err != nil {
 			return fmt.Errorf("profile of %s: %w", s.name, err)
 		}
-		path := filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name))
 		fmt.Fprintf(out, "profile %s: %d calls in the round at %.0f calls/s, server CPU %.1f µs/call (the profile covers %ds of it)\n",
 			path, sm.calls, sm.rps, sm.serverCPU, secs)
 	}
@@ -287,15 +286,7 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 			return sm, err
 		}
 	}
-	c0, err := cpuMicros(s.cmd.Process.Pid)
-	if err != nil {
-		return sm, err
-	}
-	k0, err := countsOf(s.cmd.Process.Pid)
-	if err != nil {
-		return sm, err
-	}
-	i0, t0, st0, err := machineTicks()
+	before, err := snapProc(s.cmd.Process.Pid)
 	if err != nil {
 		return sm, err
 	}
@@ -306,15 +297,7 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 	if err != nil {
 		return sm, fmt.Errorf("envoy-rls-load against %s: %v\n%s", s.name, err, txt)
 	}
-	c1, err := cpuMicros(s.cmd.Process.Pid)
-	if err != nil {
-		return sm, err
-	}
-	k1, err := countsOf(s.cmd.Process.Pid)
-	if err != nil {
-		return sm, err
-	}
-	i1, t1, st1, err := machineTicks()
+	after, err := snapProc(s.cmd.Process.Pid)
 	if err != nil {
 		return sm, err
 	}
@@ -325,12 +308,14 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 		return sm, fmt.Errorf("%s answered %d errors and %d denials; every call should be allowed:\n%s", s.name, sm.errs, sm.over, txt)
 	}
 	n := float64(sm.calls)
-	sm.serverCPU = (c1 - c0) / n
+	sm.serverCPU = (after.cpu - before.cpu) / n
 	ps := load.ProcessState
 	sm.loadCPU = float64((ps.UserTime() + ps.SystemTime()).Microseconds()) / n
-	sm.reads, sm.writes, sm.switches = (k1.reads-k0.reads)/n, (k1.writes-k0.writes)/n, (k1.switches-k0.switches)/n
-	if t1 > t0 {
-		sm.idle, sm.steal = (i1-i0)/(t1-t0), (st1-st0)/(t1-t0)
+	sm.reads = (after.counts.reads - before.counts.reads) / n
+	sm.writes = (after.counts.writes - before.counts.writes) / n
+	sm.switches = (after.counts.switches - before.counts.switches) / n
+	if t := after.total - before.total; t > 0 {
+		sm.idle, sm.steal = (after.idle-before.idle)/t, (after.steal-before.steal)/t
 	}
 	if s.redis != nil {
 		ra, err := snapRedis(s.redis)
@@ -466,9 +451,9 @@ func report(out io.Writer, o options, keys int, systems []*system, samples map[s
 // costs prints where the machine's CPU went per request, beside the table
 // of report: the load generator's CPU (it shares the machine), the CPU of
 // every process of the system together, how much of the machine stayed idle
-// (none: the systems are bound by CPU, so CPU per request sets requests/s)
-// or was stolen by the hypervisor, and the server's read and write system
-// calls and context switches per request.
+// (when about the same for every system, requests/s follow the inverse of
+// all processes' CPU per request) or was stolen by the hypervisor, and the
+// server's read and write system calls and context switches per request.
 func costs(out io.Writer, systems []*system, samples map[string][]sample) {
 	fmt.Fprintf(out, "\nwhere the CPU went, per request (medians)\n\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)

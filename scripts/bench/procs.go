@@ -51,26 +51,24 @@ func start(o options, name, work, cfg string) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
+	// With --profile, the Go servers (the floor and envoy-rls) serve
+	// /debug/pprof/ on an address of their own.
+	var debugArgs []string
+	if o.profileDir != "" && name != "reference" {
+		if s.debugAddr, err = freeAddr(); err != nil {
+			return s, err
+		}
+		debugArgs = []string{"--debug-addr", s.debugAddr}
+	}
 	var cmd *exec.Cmd
 	switch name {
 	case "floor":
-		args := []string{"--addr", addr}
-		if o.profileDir != "" {
-			if s.debugAddr, err = freeAddr(); err != nil {
-				return s, err
-			}
-			args = append(args, "--debug-addr", s.debugAddr)
-		}
+		args := append([]string{"--addr", addr}, debugArgs...)
 		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), args...)
 	case "memory", "redis", "redis-b":
 		args := []string{"serve", "--config", cfg, "--grpc-addr", addr, "--http-addr", "",
 			"--watch-config=false", "--log-level", "warn", "--backend-timeout", "1s"}
-		if o.profileDir != "" {
-			if s.debugAddr, err = freeAddr(); err != nil {
-				return s, err
-			}
-			args = append(args, "--debug-addr", s.debugAddr)
-		}
+		args = append(args, debugArgs...)
 		bin := filepath.Join(o.binDir, "envoy-rls")
 		if name != "memory" {
 			if s.redis, err = startRedis(o, work, name); err != nil {
@@ -308,6 +306,27 @@ func snapRedis(p *redisProc) (redisSnap, error) {
 		}
 	}
 	return s, nil
+}
+
+// procSnap is one instant of a server process and of the machine, for
+// drive to take the difference of two.
+type procSnap struct {
+	cpu                float64 // µs of user+system CPU (cpuMicros)
+	counts             procCounts
+	idle, total, steal float64 // the machine's ticks (machineTicks)
+}
+
+func snapProc(pid int) (procSnap, error) {
+	var ps procSnap
+	var err error
+	if ps.cpu, err = cpuMicros(pid); err != nil {
+		return ps, err
+	}
+	if ps.counts, err = countsOf(pid); err != nil {
+		return ps, err
+	}
+	ps.idle, ps.total, ps.steal, err = machineTicks()
+	return ps, err
 }
 
 // procCounts is what the kernel counted for a process at one instant: the
