@@ -370,7 +370,7 @@ func countsOf(pid int) (procCounts, error) {
 	return pc, nil
 }
 
-// procField reads "name: value" (or "name value") from a /proc file.
+// procField reads the value of a "name: value" line of a /proc file.
 func procField(b []byte, name string) (float64, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(line, ":")
