@@ -21,6 +21,7 @@ type loadOptions struct {
 	MergeDomainConfig bool
 	ConfigLenient     bool
 	QuotaMode         bool
+	UsageAccounting   descriptors.UsageAccounting
 
 	HeaderLimitName     string
 	HeaderRemainingName string
@@ -30,6 +31,8 @@ type loadOptions struct {
 func addLoadFlags(fs *flag.FlagSet, o *loadOptions) {
 	addFileFlags(fs, o)
 	fs.BoolVar(&o.QuotaMode, "quota-mode", false, "treat every descriptor as quota_mode: a request is over the limit only when a descriptor that is not quota_mode is, or all quota_mode ones are; their hits are usage accounting (the reference's QUOTA_MODE)")
+	o.UsageAccounting = descriptors.UsageAuto
+	fs.TextVar(&o.UsageAccounting, "usage-accounting", o.UsageAccounting, "which charges are usage accounting, counted even when they do not fit (past the limit, or as token_bucket/gcra debt), for descriptors and files that set no usage_accounting, and every config over xDS: auto (hits given on the descriptor, its own hits_addend, as Envoy Gateway's cost.response and Envoy AI Gateway's token costs send them; ordinary admission charges nothing when denied), always (every charge, as the reference counts) or never (a denied request charges nothing); quota_mode descriptors account every charge")
 	fs.StringVar(&o.HeaderLimitName, "response-headers-limit-name", rlheaders.LegacyLimit, "name of the limit field of --response-headers legacy (the reference's LIMIT_LIMIT_HEADER)")
 	fs.StringVar(&o.HeaderRemainingName, "response-headers-remaining-name", rlheaders.LegacyRemaining, "name of the remaining field of --response-headers legacy (the reference's LIMIT_REMAINING_HEADER)")
 	fs.StringVar(&o.HeaderResetName, "response-headers-reset-name", rlheaders.LegacyReset, "name of the reset field of --response-headers legacy (the reference's LIMIT_RESET_HEADER)")

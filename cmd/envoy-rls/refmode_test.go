@@ -42,8 +42,26 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
 		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != logLevel(slog.LevelInfo) ||
-		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second {
+		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second ||
+		o.UsageAccounting != descriptors.UsageAuto {
 		t.Fatalf("options = %+v", o)
+	}
+}
+
+// The reference has no setting for usage accounting: under its environment
+// (the config over xDS, which cannot say it) ENVOY_RLS_USAGE_ACCOUNTING
+// chooses, and the default is auto.
+func TestUsageAccountingUnderTheReferenceEnvironment(t *testing.T) {
+	withEnv(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"})
+	for _, v := range []string{"always", "never", "auto"} {
+		t.Setenv("ENVOY_RLS_USAGE_ACCOUNTING", v)
+		o, err := parseServe(nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.reference == nil || o.ConfigXDS == "" || o.UsageAccounting.String() != v {
+			t.Fatalf("ENVOY_RLS_USAGE_ACCOUNTING=%s: reference %v, xds %q, usage accounting %v", v, o.reference != nil, o.ConfigXDS, o.UsageAccounting)
+		}
 	}
 }
 

@@ -156,6 +156,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		ResponseHeaders:         o.ResponseHeaders,
 		LegacyHeaderNames:       o.legacyNames(),
 		QuotaMode:               o.QuotaMode,
+		UsageAccounting:         o.UsageAccounting,
 		OverLimitBody:           overLimitBody,
 		NearLimitRatio:          o.NearLimitRatio,
 		Tracer:                  s.tracing.Tracer,

@@ -55,6 +55,9 @@ type Domain struct {
 	// DefaultAlgorithm is the file's default_algorithm (FixedWindow when
 	// not set).
 	DefaultAlgorithm algorithms.Kind
+	// DefaultUsageAccounting is the file's default_usage_accounting
+	// (UsageUnset when not set), which applies to request limit overrides.
+	DefaultUsageAccounting UsageAccounting
 
 	root  level
 	files map[*Node]string // the files of top-level nodes merged in from other files
@@ -98,6 +101,12 @@ type Node struct {
 	DetailedMetric bool
 	ValueToMetric  bool
 	ShareThreshold bool
+	// UsageAccounting says which charges to the node are usage accounting:
+	// its own usage_accounting, else its nearest ancestor's, else the
+	// file's default_usage_accounting; UsageUnset when none is set (the
+	// service's default then decides). A quota_mode node accounts every
+	// charge whatever it says (see pkg/rls).
+	UsageAccounting UsageAccounting
 	// Metadata is the node's metadata map, or nil when it has none.
 	Metadata *structpb.Struct
 	// Line is the line of the node in its file.

@@ -5,7 +5,7 @@
 // A configuration written for envoyproxy/ratelimit loads unchanged and
 // matches the same way. The extensions (default_algorithm, tiers, tier,
 // rate_limits, algorithm, burst, window and a limit's own shadow_mode) are
-// additive.
+// additive, and so are default_usage_accounting and usage_accounting.
 //
 // # Files
 //
@@ -19,6 +19,7 @@
 //
 //	domain: <name>                     required, non-empty, unique
 //	default_algorithm: <algorithm>     extension; default fixed_window
+//	default_usage_accounting: <usage>  extension: auto, always or never
 //	tiers:                             extension; name -> list of rate limits
 //	  <name>:
 //	    - <rate limit>
@@ -30,6 +31,8 @@
 //	    tier: <name>                     and tier (extension)
 //	    shadow_mode: <bool>
 //	    quota_mode: <bool>
+//	    usage_accounting: <usage>      extension; nested descriptors
+//	                                   inherit it (see UsageAccounting)
 //	    detailed_metric: <bool>
 //	    value_to_metric: <bool>
 //	    share_threshold: <bool>        only with a wildcard value

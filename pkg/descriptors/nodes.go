@@ -89,6 +89,17 @@ func (p *parser) node(m *yaml.Node, parent *Node) *Node {
 	}
 	n.ShadowMode = p.boolean(fs["shadow_mode"], "shadow_mode")
 	n.QuotaMode = p.boolean(fs["quota_mode"], "quota_mode")
+	n.UsageAccounting = p.usageAccounting(fs["usage_accounting"], "usage_accounting")
+	if n.QuotaMode && n.UsageAccounting != UsageUnset && n.UsageAccounting != UsageAlways {
+		p.errorf(fs["usage_accounting"].key.Line, "usage_accounting: %s contradicts quota_mode, which accounts every charge (leave it out, or say always)", n.UsageAccounting)
+	}
+	switch {
+	case n.UsageAccounting != UsageUnset:
+	case parent != nil:
+		n.UsageAccounting = parent.UsageAccounting
+	default:
+		n.UsageAccounting = p.usage
+	}
 	n.DetailedMetric = p.boolean(fs["detailed_metric"], "detailed_metric")
 	n.ValueToMetric = p.boolean(fs["value_to_metric"], "value_to_metric")
 	n.ShareThreshold = p.boolean(fs["share_threshold"], "share_threshold")

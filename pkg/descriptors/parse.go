@@ -20,8 +20,8 @@ const MaxSlidingLogRequests = 100000
 
 // The fields each mapping of the format may hold.
 var (
-	topFields   = []string{"domain", "descriptors", "default_algorithm", "tiers", "name"} // name: the xDS resource name Envoy Gateway's dumps carry; ignored
-	nodeFields  = []string{"key", "value", "rate_limit", "rate_limits", "tier", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+	topFields   = []string{"domain", "descriptors", "default_algorithm", "default_usage_accounting", "tiers", "name"} // name: the xDS resource name Envoy Gateway's dumps carry; ignored
+	nodeFields  = []string{"key", "value", "rate_limit", "rate_limits", "tier", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "usage_accounting"}
 	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "window", "shadow_mode"}
 )
 
@@ -40,6 +40,7 @@ type parser struct {
 	file   string
 	errs   Errors
 	alg    algorithms.Kind         // default_algorithm
+	usage  UsageAccounting         // default_usage_accounting
 	tiers  map[string][]*RateLimit // by name
 	domain string
 
@@ -230,10 +231,12 @@ func (p *parser) document(doc *yaml.Node, budget *int) *Domain {
 	if f := fs["default_algorithm"]; f.val != nil {
 		p.alg, _ = p.algorithm(f, "default_algorithm")
 	}
+	p.usage = p.usageAccounting(fs["default_usage_accounting"], "default_usage_accounting")
 	p.readTiers(fs["tiers"])
 	tree := p.descriptors(fs["descriptors"], nil)
 	if d != nil {
 		d.DefaultAlgorithm = p.alg
+		d.DefaultUsageAccounting = p.usage
 		d.root = tree
 	}
 	return d

@@ -14,7 +14,7 @@ type owner struct {
 }
 
 // batch turns the plans into store items with unambiguous keys.
-func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
+func (s *Service) batch(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimitRequest) {
 	sc.items = sc.items[:0]
 	sc.owners = sc.owners[:0]
 	for i := range sc.plans {
@@ -27,8 +27,9 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 		if req.HitsAddend > 0 {
 			hits = uint64(req.HitsAddend)
 		}
+		explicit := false
 		if h := d.GetHitsAddend(); h != nil {
-			hits = h.Value
+			hits, explicit = h.Value, true
 		}
 		if d.IsNegativeHits {
 			// Refunds are not supported: a negative-hits descriptor is
@@ -52,19 +53,41 @@ func (s *Service) batch(sc *scratch, req *rlsv3.RateLimitRequest) {
 		if quota {
 			mode, group = backend.Quota, i
 		}
+		// Usage accounting: hits that already happened, which nothing can
+		// refuse any more, are charged even when they do not fit. Envoy's
+		// quota pattern checks with 0 hits on the request path and reports
+		// the real cost when the stream is done (Envoy Gateway's
+		// cost.response, Envoy AI Gateway's token costs), both as the
+		// descriptor's own hits_addend, which Envoy sends exactly when the
+		// rate limit action sets one; nothing else on the wire tells a
+		// report from an admission. So by default (auto) hits given on the
+		// descriptor are accounted, and ordinary admission keeps "a denied
+		// request charges nothing" (see descriptors.UsageAccounting).
+		// quota_mode accounts every charge.
+		acct := hits > 0 && quota
+		if !acct {
+			acct = s.usageAccounting(dom, p).Accounts(hits, explicit)
+		}
 		for _, l := range p.limits {
 			m := mode
 			if l.Shadow || (p.node != nil && p.node.ShadowMode) {
 				m = backend.Shadow
 			}
-			// Hits charged to a quota_mode descriptor are usage accounting:
-			// Envoy's quota pattern checks with 0 hits on the request path
-			// and reports the real cost when the stream is done, which
-			// nothing can refuse any more, so it is charged even when it
-			// does not fit.
-			acct := hits > 0 && quota
 			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition, Account: acct})
 			sc.owners = append(sc.owners, owner{desc: i, limit: l})
 		}
 	}
+}
+
+// usageAccounting returns the usage accounting of a planned descriptor:
+// its node's (its own, an ancestor's or its file's default), else, for a
+// request limit override, its domain's file default, else the service's.
+func (s *Service) usageAccounting(dom *descriptors.Domain, p *plan) descriptors.UsageAccounting {
+	switch {
+	case p.node != nil:
+		return p.node.UsageAccounting.Or(s.opts.UsageAccounting)
+	case dom != nil:
+		return dom.DefaultUsageAccounting.Or(s.opts.UsageAccounting)
+	}
+	return s.opts.UsageAccounting
 }

@@ -119,7 +119,9 @@ func value(fams map[string]*dto.MetricFamily, name string, labels ...string) flo
 func TestMetricsAfterAScriptedSequence(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics := rls.NewMetrics(reg)
-	h := start(t, observeYAML, rls.Options{Metrics: metrics})
+	// The sequence gives hits on the descriptor as admissions (never usage
+	// accounting), so a denied call charges nothing.
+	h := start(t, observeYAML, rls.Options{Metrics: metrics, UsageAccounting: descriptors.UsageNever})
 	call := func(hits uint64, ds ...string) *rlsv3.RateLimitResponse {
 		d := desc(ds...)
 		d.HitsAddend = wrapperspb.UInt64(hits)

@@ -131,6 +131,14 @@ type Options struct {
 	// QUOTA_MODE): a request is over the limit only when a descriptor that
 	// is not quota_mode is, or every quota_mode descriptor is.
 	QuotaMode bool
+	// UsageAccounting is the default of which charges are usage
+	// accounting (counted even when they do not fit) for descriptors and
+	// files that set none, including every config that arrives over xDS,
+	// whose format cannot say it. The zero value is descriptors.UsageAuto:
+	// hits given on the descriptor itself (its hits_addend) are accounted,
+	// ordinary admission charges nothing when denied. quota_mode
+	// descriptors account every charge whatever it says.
+	UsageAccounting descriptors.UsageAccounting
 	// LegacyHeaderNames names the fields of HeadersLegacy (the reference's
 	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty
 	// names are the defaults, RateLimit-Limit, -Remaining and -Reset.
@@ -290,7 +298,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 	}
-	s.batch(sc, req)
+	s.batch(sc, dom, req)
 
 	allowed := true
 	if len(sc.items) > 0 {

@@ -191,14 +191,19 @@ func TestHitsAddend(t *testing.T) {
 			t.Fatalf("check %d: %v", i, r)
 		}
 	}
-	// Per-descriptor hits_addend wins over the request's.
+	// Per-descriptor hits_addend wins over the request's. Given on the
+	// descriptor, the hits are usage accounting (by default): counted
+	// although they do not fit, so nothing is left.
 	two := desc("user", "a")
 	two.HitsAddend = wrapperspb.UInt64(2)
 	r, err = h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 		Domain: "d", HitsAddend: 1, Descriptors: []*commonv3.RateLimitDescriptor{two},
 	})
-	if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 1 {
+	if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("2 hits with 1 left: %v %v", r, err)
+	}
+	if r := h.call(t, "d", check); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("check after 4 of 3 used: %v", r)
 	}
 }
 
