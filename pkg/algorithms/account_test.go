@@ -109,7 +109,9 @@ func TestAccountedUsageBlocksChecks(t *testing.T) {
 		case algorithms.FixedWindow:
 			want = minute // the window ends
 		case algorithms.TokenBucket, algorithms.GCRA:
-			want = 2 * minute // the debt of 5 drains to 1 token at 2 per minute
+			// The debt of 5 is capped at 4 (2 below empty, MaxDebt), and
+			// drains to 1 token at 2 per minute.
+			want = 90 * sec
 		case algorithms.SlidingWindowLog:
 			want = minute // the entry of 5 slides out
 		case algorithms.SlidingWindowCounter:
@@ -196,5 +198,68 @@ func TestAccountSaturates(t *testing.T) {
 	// The state is still fresh: with a limit of 1 it allows one hit.
 	if _, d := algorithms.DecideMicros(limitOf(algorithms.FixedWindow, 1, sec), s, at(0), 1); !d.Allowed {
 		t.Fatalf("zero requests counted something: %+v", d)
+	}
+}
+
+// TestAccountDebtIsCapped: a token_bucket or gcra charge, however large,
+// leaves at most MaxDebt (one window's worth of the limit) below empty, so
+// checks deny for one window and one emission interval and the state is
+// fresh (Capacity()+Requests)/Requests windows later; for every algorithm
+// a huge charge leaves the key exhausted for a bounded time that the
+// Decision states, and checks deny until exactly RetryAfter.
+func TestAccountDebtIsCapped(t *testing.T) {
+	const hour = 60 * 60 * sec
+	for _, k := range algorithms.Kinds() {
+		for _, burst := range []uint64{0, 30} {
+			if burst > 0 && !k.HasBurst() {
+				continue
+			}
+			l := limitOf(k, 10, hour)
+			l.Burst = burst
+			for _, hits := range []uint64{l.Capacity() + 5, 1e9, 1e12, math.MaxUint64} {
+				now := at(0)
+				s, d := algorithms.AccountMicros(l, algorithms.State{}, now, hits)
+				var retry, reset time.Duration
+				switch k {
+				case algorithms.TokenBucket, algorithms.GCRA:
+					if got := algorithms.MaxDebt(l); got != 10 {
+						t.Fatalf("%s: MaxDebt %d, want 10", k, got)
+					}
+					owed := float64(hits) - float64(l.Capacity()) // tokens below empty
+					owed = min(owed, 10)
+					retry = time.Duration((owed + 1) * float64(hour) / 10)
+					reset = time.Duration((float64(l.Capacity()) + owed) * float64(hour) / 10)
+				case algorithms.FixedWindow:
+					retry, reset = hour, hour
+				case algorithms.SlidingWindowLog:
+					retry, reset = hour, hour
+				case algorithms.SlidingWindowCounter:
+					reset = 2 * hour
+					// Next window: hits*(w-e) <= 9*w.
+					retry = hour + hour - time.Duration(math.Floor(9*float64(hour/time.Microsecond)/float64(hits)))*time.Microsecond
+				}
+				if d.Allowed || d.RetryAfter != retry || d.ResetAfter != reset {
+					t.Fatalf("%s burst %d, charge %d: %+v, want RetryAfter %v, ResetAfter %v", k, burst, hits, d, retry, reset)
+				}
+				r := d.RetryAfter.Microseconds()
+				if _, c := algorithms.DecideMicros(l, s, now+r-1, 0); c.Allowed {
+					t.Fatalf("%s burst %d, charge %d: check 1µs before RetryAfter: %+v", k, burst, hits, c)
+				}
+				if _, c := algorithms.DecideMicros(l, s, now+r, 0); !c.Allowed {
+					t.Fatalf("%s burst %d, charge %d: check at RetryAfter: %+v", k, burst, hits, c)
+				}
+				if _, c := algorithms.DecideMicros(l, s, now+d.ResetAfter.Microseconds(), 0); !c.Allowed || c.Remaining != l.Capacity() || c.ResetAfter != 0 {
+					t.Fatalf("%s burst %d, charge %d: at ResetAfter the state is not fresh: %+v", k, burst, hits, c)
+				}
+			}
+		}
+	}
+	// The cap holds against debt already owed: another huge charge leaves
+	// it where it is.
+	l := limitOf(algorithms.GCRA, 10, hour)
+	s, d1 := algorithms.AccountMicros(l, algorithms.State{}, at(0), 1e12)
+	_, d2 := algorithms.AccountMicros(l, s, at(0), 1e12)
+	if d1 != d2 {
+		t.Fatalf("a second huge charge moved the capped debt: %+v then %+v", d1, d2)
 	}
 }

@@ -213,12 +213,22 @@ func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
 //     window, past the limit: the window stays exhausted until it ends (and
 //     for the sliding counter, until enough of it has slid out);
 //   - token_bucket and gcra carry them as debt: the bucket refills from
-//     below empty, so the excess delays the next admission by its worth;
+//     below empty, so the excess delays the next admission by its worth,
+//     up to MaxDebt;
 //   - sliding_window_log records them while the log has room (its count is
 //     below the limit), so the log never holds more than requests entries;
 //     on a full log they are dropped (saturated): the log is already
 //     exhausted until its oldest entries slide out;
 //   - a limit of zero requests keeps no state and counts nothing.
+//
+// Usage past the limit is bounded in time whatever the charge (Envoy allows
+// 10^9 hits per descriptor, and Account any uint64): a counting window's
+// excess lapses with the window (fixed_window: its end; the sliding
+// counter: the end of the next window, through which it slides out), the
+// log's entry slides out after one window, and a bucket's debt is capped
+// by MaxDebt. So no state stays exhausted longer than about two windows
+// plus a full refill (Capacity()/Requests windows), and its ResetAfter
+// says when it is fresh.
 //
 // The denied Decision describes the state after the charge: Remaining 0,
 // RetryAfter the time until one hit fits again, ResetAfter the time until the
@@ -227,6 +237,19 @@ func DecideMicros(l Limit, s State, now int64, hits uint64) (State, Decision) {
 // capacity is left for one hit.
 func Account(l Limit, s State, now time.Time, hits uint64) (State, Decision) {
 	return AccountMicros(l, s, now.UnixMicro(), hits)
+}
+
+// MaxDebt returns the most a token_bucket or gcra limit can be owed after
+// Account: Requests hits (one window's worth of the limit) below an empty
+// bucket. Usage accounted past it is forgotten. Checks then deny for at
+// most one window and one emission interval (Window/Requests) until a hit
+// fits again, and the state is fresh after (Capacity()+Requests)/Requests
+// windows. Other algorithms carry no debt: it is 0 for them.
+func MaxDebt(l Limit) uint64 {
+	if !l.Algorithm.HasBurst() {
+		return 0
+	}
+	return l.Requests
 }
 
 // AccountMicros is Account with now given in microseconds since the Unix

@@ -123,7 +123,10 @@ func bucket(l *Limit, w int64, s *State, now int64, hits uint64, account bool) D
 	need := debt + float64(hits)*fw
 	if p := probe(hits); p > capacity || debt+float64(p)*fw > full {
 		if account {
-			*s = State{at: now, level: need}
+			// The debt is capped at one window's worth of the limit below
+			// empty (see MaxDebt), so that one huge report cannot lock the
+			// key for years.
+			*s = State{at: now, level: min(need, full+float64(l.Requests)*fw)}
 			return accounted(bucket(l, w, s, now, 0, false))
 		}
 		d := Decision{

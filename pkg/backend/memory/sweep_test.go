@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -136,5 +137,42 @@ func TestMemorySweepThenEarlierClock(t *testing.T) {
 				t.Errorf("request at %v after a sweep at %v: %+v, want %+v (as at the sweep)", earlier, sweptAt, ds[0], want)
 			}
 		})
+	}
+}
+
+// TestMemoryEveryEntryExpires is TestEveryKeyHasATTL of the Redis store:
+// whatever the charge, admitted or accounted, every entry is swept once
+// its bound has passed (a window, two for the sliding counter, a full
+// refill from algorithms.MaxDebt below empty for token_bucket and gcra),
+// and none before the first of them.
+func TestMemoryEveryEntryExpires(t *testing.T) {
+	m, clock := newTestMemory(t)
+	const w = time.Hour
+	var longest time.Duration
+	n := 0
+	for _, k := range algorithms.Kinds() {
+		l := limitOf(k, 10, w)
+		bound := w
+		switch k {
+		case algorithms.SlidingWindowCounter:
+			bound = 2 * w
+		case algorithms.TokenBucket, algorithms.GCRA:
+			l.Burst = 30
+			bound = time.Duration(l.Capacity()+algorithms.MaxDebt(l)) * w / time.Duration(l.Requests)
+		}
+		longest = max(longest, bound)
+		for _, hits := range []uint64{l.Capacity() + 1, 1e9, 1e12, 1e18, math.MaxUint64} {
+			n++
+			apply(t, m, backend.Item{Key: strconv.Itoa(n), Limit: l, Hits: hits, Account: true})
+		}
+	}
+	m.Sweep()
+	if got := m.Stats().Keys; got != n {
+		t.Fatalf("%d keys held after the charges, want %d", got, n)
+	}
+	clock.Advance(longest)
+	m.Sweep()
+	if got := m.Stats().Keys; got != 0 {
+		t.Fatalf("%d keys held %v after the charges, want none", got, longest)
 	}
 }

@@ -90,7 +90,11 @@ import (
 //
 // A state that is fresh after a committed request (the ResetAfter of its
 // key's last allowing item is zero) is deleted. Otherwise its TTL is that
-// ResetAfter rounded up to the millisecond: SET ... PX, except for a fixed
+// ResetAfter rounded up to the millisecond (algorithms.Never, about 292
+// years, for a state that is fresh only later still: every key written
+// expires, as the memory store drops such an entry then; with the debt cap
+// of algorithms.MaxDebt only a limit whose full refill takes that long gets
+// it): SET ... PX, except for a fixed
 // window or sliding counter key that already held a count in the same
 // window, whose TTL already ends at that instant (rounded when it was set):
 // SET ... KEEPTTL, which costs Redis less than half as much.

@@ -46,6 +46,7 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 	want := map[string]string{
 		"NEVER":             "-1",
 		"NEVER_US":          strconv.FormatInt(int64(algorithms.Never/time.Microsecond), 10),
+		"MAX_TTL_MS":        strconv.FormatInt(int64(algorithms.Never/time.Millisecond), 10),
 		"REQUEST_BYTES":     strconv.Itoa(requestBytes),
 		"ITEM_BYTES":        strconv.Itoa(itemBytes),
 		"BIT_OVER":          strconv.Itoa(bitOver),

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -86,8 +87,8 @@ func TestRedisTTL(t *testing.T) {
 
 // TestRedisTTLOnTestClock: under a test's clock the script sets TTLs with
 // the same commands as on Redis's clock, an hour longer (a TTL counts real
-// time, which a test's clock need not keep pace with), and a state that
-// never becomes fresh (ResetAfter Never) gets none.
+// time, which a test's clock need not keep pace with), and a state fresh
+// only after more than algorithms.Never (ResetAfter Never) gets that much.
 func TestRedisTTLOnTestClock(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rc := srv.Client()
@@ -114,7 +115,69 @@ func TestRedisTTLOnTestClock(t *testing.T) {
 	if ds, _ := redisApply(t, r, backend.Item{Key: "never", Limit: never, Hits: 2}); ds[0].ResetAfter != algorithms.Never {
 		t.Fatalf("ResetAfter %v, want Never", ds[0].ResetAfter)
 	}
-	if pttl := rc.PTTL(ctx, "tc:never").Val(); pttl != -1 {
-		t.Fatalf("a state that is never fresh has PTTL %v, want none (-1)", pttl)
+	// PTTL in ms, read raw: the TTL is beyond what a Duration holds.
+	want := int64(algorithms.Never/time.Millisecond) + testTTLSlack.Milliseconds()
+	if pttl, err := rc.Do(ctx, "PTTL", "tc:never").Int64(); err != nil || pttl <= want-60_000 || pttl > want {
+		t.Fatalf("a state fresh after more than Never has PTTL %d ms (%v), want about %d", pttl, err, want)
+	}
+}
+
+// testTTLSlack is the script's TEST_TTL_SLACK_MS.
+const testTTLSlack = time.Hour
+
+// TestEveryKeyHasATTL: whatever the charge (one hit, just past the
+// capacity, 10^9 as Envoy allows, 10^12, 10^18, the most a uint64 holds),
+// admitted or accounted, on every algorithm, every key the script writes
+// expires (on Redis's clock), no later than the algorithm's bound: a fixed
+// window or a log's window, two windows for the sliding counter, and for
+// token_bucket and gcra a full refill from MaxDebt below empty,
+// (Capacity()+Requests)/Requests windows. Before the debt cap a charge of
+// 10^12 to a 10 per hour bucket left a key with no TTL at all.
+func TestEveryKeyHasATTL(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	rc := srv.Client()
+	ctx := context.Background()
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "every:"})
+	n := 0
+	for _, k := range algorithms.Kinds() {
+		for _, w := range []time.Duration{time.Second, time.Hour, 24 * time.Hour} {
+			l := algorithms.Limit{Algorithm: k, Requests: 10, Window: w}
+			if k.HasBurst() {
+				l.Burst = 30
+			}
+			bound := w
+			switch k {
+			case algorithms.SlidingWindowCounter:
+				bound = 2 * w
+			case algorithms.TokenBucket, algorithms.GCRA:
+				bound = time.Duration(l.Capacity()+algorithms.MaxDebt(l)) * w / time.Duration(l.Requests)
+			}
+			for _, hits := range []uint64{1, l.Capacity() + 1, 1e9, 1e12, 1e18, math.MaxUint64} {
+				for _, account := range []bool{false, true} {
+					for _, mode := range []backend.Mode{backend.Enforced, backend.Quota} {
+						n++
+						key := fmt.Sprintf("k%d", n)
+						redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: hits, Account: account, Mode: mode})
+						pttl, err := rc.Do(ctx, "PTTL", "every:"+key).Int64()
+						if err != nil {
+							t.Fatal(err)
+						}
+						written := hits <= l.Capacity() || account
+						switch {
+						case !written && pttl != -2:
+							t.Fatalf("%s/%v: a refused charge of %d left a key (PTTL %d)", k, w, hits, pttl)
+						case written && (pttl <= 0 || time.Duration(pttl)*time.Millisecond > bound+time.Millisecond):
+							t.Fatalf("%s/%v: charge of %d (account %t, %s): PTTL %d ms, want in (0, %v]", k, w, hits, account, mode, pttl, bound)
+						}
+					}
+				}
+			}
+		}
+	}
+	// Nothing written without a TTL, whatever it is.
+	for _, key := range rc.Keys(ctx, "every:*").Val() {
+		if pttl := rc.PTTL(ctx, key).Val(); pttl < 0 {
+			t.Errorf("key %s has PTTL %v", key, pttl)
+		}
 	}
 }

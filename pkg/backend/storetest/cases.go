@@ -246,11 +246,13 @@ func Cases() []Case {
 			{At: sec, WantAllowed: true,
 				Items: []backend.Item{acct("q", qa, 1), item("e", ea, 1)},
 				Want:  ds(ok(2, 0, sec), ok(10, 9, sec))},
-			// Token bucket: 6 against a capacity of 2 is debt 6e6 token·µs;
-			// one hit fits again at debt 1e6: (6e6-1e6)/2 µs; full at 6e6/2.
-			{At: 0, WantAllowed: false, Items: []backend.Item{acct("b", ba, 6)}, Want: ds(no(2, 0, 2500*ms, 3*sec))},
-			{At: 2500*ms - us, WantAllowed: false, Items: []backend.Item{quota("b", ba, 0, 0)}, Want: ds(no(2, 0, us, 500*ms+us))},
-			{At: 2500 * ms, WantAllowed: true, Items: []backend.Item{quota("b", ba, 0, 0)}, Want: ds(ok(2, 1, 500*ms))},
+			// Token bucket: 6 against a capacity of 2 would be debt 6e6
+			// token·µs; it is capped at one window's worth below empty
+			// (algorithms.MaxDebt: 2 tokens), 4e6. One hit fits again at
+			// debt 1e6: (4e6-1e6)/2 µs; full at 4e6/2.
+			{At: 0, WantAllowed: false, Items: []backend.Item{acct("b", ba, 6)}, Want: ds(no(2, 0, 1500*ms, 2*sec))},
+			{At: 1500*ms - us, WantAllowed: false, Items: []backend.Item{quota("b", ba, 0, 0)}, Want: ds(no(2, 0, us, 500*ms+us))},
+			{At: 1500 * ms, WantAllowed: true, Items: []backend.Item{quota("b", ba, 0, 0)}, Want: ds(ok(2, 1, 500*ms))},
 		},
 	}, {
 		Name: "empty_request",

@@ -210,8 +210,9 @@ end
 -- state after hits that did not fit were charged anyway, as at, count,
 -- prev, level (for the log: at, count, last, drop), and for the log
 -- whether the charge is recorded as an entry (only while the log has room;
--- a full log saturates). req > 0.
-local function force(alg, req, w, ki, now, hits)
+-- a full log saturates). A bucket's debt is capped at one window's worth
+-- of the limit below empty (algorithms.MaxDebt). req > 0.
+local function force(alg, req, w, capacity, ki, now, hits)
 	local at = s_at[ki]
 	if alg == FIXED or alg == COUNTER then
 		local start = now - fmod(now, w)
@@ -236,7 +237,11 @@ local function force(alg, req, w, ki, now, hits)
 		if debt < 0 then
 			debt = 0
 		end
-		return now, 0, 0, debt + hits * w, false
+		local need, most = debt + hits * w, capacity * w + req * w
+		if need > most then
+			need = most
+		end
+		return now, 0, 0, need, false
 	end
 	if now < at then
 		now = at

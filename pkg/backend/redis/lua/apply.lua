@@ -54,16 +54,20 @@ local function save(ki, injected)
 		call("DEL", key)
 		return
 	end
-	local ms = nil
+	-- Every key written gets a TTL: its ResetAfter, or for a state that is
+	-- fresh only after more than algorithms.Never (about 292 years: a limit
+	-- whose full refill takes that long) that much, as the memory store
+	-- keeps such an entry until then.
+	local ms = MAX_TTL_MS
 	if reset ~= NEVER then
 		ms = ceil(reset / 1000)
-		if injected then
-			-- A test's clock need not keep pace with Redis's (it may stand
-			-- still while real milliseconds pass, and a TTL counts real
-			-- time): its keys get the same TTLs, set by the same commands,
-			-- an hour longer, so that none expires during a test.
-			ms = ms + TEST_TTL_SLACK_MS
-		end
+	end
+	if injected then
+		-- A test's clock need not keep pace with Redis's (it may stand
+		-- still while real milliseconds pass, and a TTL counts real time):
+		-- its keys get the same TTLs, set by the same commands, an hour
+		-- longer, so that none expires during a test.
+		ms = ms + TEST_TTL_SLACK_MS
 	end
 	if alg ~= LOG then
 		local v
@@ -74,7 +78,7 @@ local function save(ki, injected)
 		else
 			v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_level[ki])
 		end
-		if ms and alg ~= BUCKET and alg ~= GCRA and w_count[ki] > 0 and s_count[ki] > 0 and w_at[ki] == s_at[ki] then
+		if alg ~= BUCKET and alg ~= GCRA and w_count[ki] > 0 and s_count[ki] > 0 and w_at[ki] == s_at[ki] then
 			-- The key had a count in this same window, so its TTL was set
 			-- to the same instant: the window's end for a fixed window,
 			-- the next window's for a counter (its count in this window
@@ -84,10 +88,8 @@ local function save(ki, injected)
 			if pcall_("SET", key, v, "KEEPTTL").err then
 				call("SET", key, v, "PX", ms)
 			end
-		elseif ms then
-			call("SET", key, v, "PX", ms)
 		else
-			call("SET", key, v)
+			call("SET", key, v, "PX", ms)
 		end
 		return
 	end
@@ -119,11 +121,7 @@ local function save(ki, injected)
 	else
 		call("RPUSH", key, header, unpk(new))
 	end
-	if ms then
-		call("PEXPIRE", key, ms)
-	else
-		call("PERSIST", key)
-	end
+	call("PEXPIRE", key, ms)
 end
 
 -- apply runs one call: keys are KEYS, args ARGV (see script.go).
@@ -183,7 +181,7 @@ local function apply(keys, args)
 			local charge, push = ok, hits > 0 and req > 0
 			if not ok and acct and req > 0 then
 				-- Usage accounting: charged although it does not fit.
-				nat, nc, np, nl, push = force(alg, req, w, ki, now, hits)
+				nat, nc, np, nl, push = force(alg, req, w, capacity, ki, now, hits)
 				charge = true
 			end
 			if charge then
@@ -266,7 +264,7 @@ local function apply(keys, args)
 					local ok, _, _, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
 					local push = hits > 0
 					if not ok then
-						nat, nc, np, nl, push = force(alg, req, w, ki, now, hits)
+						nat, nc, np, nl, push = force(alg, req, w, capacity, ki, now, hits)
 					end
 					store(ki, alg, nat, nc, np, nl, push, hits)
 					if not ok then

@@ -30,6 +30,7 @@ local MAGIC = 240 -- the first byte of a state: MAGIC + the algorithm
 local TEST_TTL_SLACK_MS = 3600000 -- added to TTLs under a test's clock (see save)
 local NEVER = -1
 local NEVER_US = 9223372036854775 -- algorithms.Never in µs
+local MAX_TTL_MS = 9223372036854 -- algorithms.Never in ms: the longest TTL (see save)
 local EXACT = 9007199254740992 -- 2^53
 local MAX_U64 = 18446744073709551616 -- 2^64
 
