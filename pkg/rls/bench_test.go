@@ -15,8 +15,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+	splitstore "github.com/envoyrls/envoy-rls/pkg/backend/split"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -33,12 +35,19 @@ descriptors:
       - {window: 10s, requests_per_unit: 1000000000, algorithm: sliding_window_counter}
 `
 
-func benchService(b *testing.B) *rls.Service {
+func benchService(b *testing.B) *rls.Service { return benchServiceOn(b, false) }
+
+// benchServiceOn is benchService on the memory store, or, with split, on a
+// split store of two memory stores (per-second limits in one).
+func benchServiceOn(b *testing.B, split bool) *rls.Service {
 	cfg, err := descriptors.Parse("bench.yaml", []byte(benchYAML))
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := memory.New()
+	var store backend.Store = memory.New()
+	if split {
+		store = splitstore.New(store, memory.New(), splitstore.Options{})
+	}
 	b.Cleanup(func() { store.Close() })
 	return rls.New(store, cfg, rls.Options{})
 }
@@ -55,22 +64,26 @@ func benchRequests(key string, n int) []*rlsv3.RateLimitRequest {
 
 // BenchmarkShouldRateLimit measures the service without gRPC: validation,
 // matching, key building, the memory store and the response. The
-// "deadline" case calls with a deadline, as Envoy does (its filter's
-// timeout) and as gRPC passes it on.
+// "deadline" cases call with a deadline, as Envoy does (its filter's
+// timeout) and as gRPC passes it on. The split case is the composite on a
+// split store (two memory stores): its minute and 10 s limits in one, its
+// per-second limit in the other, decided in three calls.
 func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		key      string
 		keys     int
 		deadline bool
+		split    bool
 	}{
-		{"hot_key", "user", 1, false},
-		{"10k_keys", "user", 10_000, false},
-		{"10k_keys_deadline", "user", 10_000, true},
-		{"composite_3_limits", "api", 10_000, false},
+		{"hot_key", "user", 1, false, false},
+		{"10k_keys", "user", 10_000, false, false},
+		{"10k_keys_deadline", "user", 10_000, true, false},
+		{"composite_3_limits", "api", 10_000, false, false},
+		{"composite_split_deadline", "api", 10_000, true, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			svc := benchService(b)
+			svc := benchServiceOn(b, bc.split)
 			reqs := benchRequests(bc.key, bc.keys)
 			var next atomic.Int64
 			ctx := context.Background()

@@ -19,24 +19,13 @@ func AnswerMargin(remaining time.Duration) time.Duration {
 	return min(max(remaining/10, MinAnswerMargin), MaxAnswerMargin)
 }
 
-// budget returns the context a store call runs under. Its deadline is the
-// caller's deadline minus the answer margin, and no later than
-// BackendTimeout from now; with no caller deadline, BackendTimeout alone;
-// with neither, the caller's context unchanged. A busy service therefore
-// waits for the backend as long as the caller can wait, rather than for a
-// fixed time after which it would answer by the failure mode.
-func (s *Service) budget(ctx context.Context) (context.Context, context.CancelFunc) {
-	until := s.budgetDeadline(ctx)
-	if until.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, until)
-}
-
-// budgetDeadline returns the deadline of budget's context (zero: none),
-// for a store that takes it beside the caller's context
-// (backend.TakesDeadline).
-func (s *Service) budgetDeadline(ctx context.Context) time.Time {
+// budget returns the deadline of a store call (zero: none): the caller's
+// deadline minus the answer margin, and no later than BackendTimeout from
+// now; with no caller deadline, BackendTimeout alone. A busy service
+// therefore waits for the backend as long as the caller can wait, rather
+// than for a fixed time after which it would answer by the failure mode.
+// The store takes it beside the caller's context (backend.TakesDeadline).
+func (s *Service) budget(ctx context.Context) time.Time {
 	now := time.Now()
 	var until time.Time
 	if d, ok := ctx.Deadline(); ok {

@@ -210,18 +210,12 @@ const (
 	endedByCaller                   // the caller's deadline less the answer margin
 )
 
-// budgetEnded tells why a store call under bctx, the budget made from the
-// caller's ctx, failed with err. A timeout (the context's, or the network's:
-// go-redis sets its read deadline from the context) at the end of the
-// budget is the budget's; the budget ends a margin before the caller's
-// deadline when that one binds, else at the backend timeout.
-func budgetEnded(ctx, bctx context.Context, err error) budgetEnd {
-	bd, _ := bctx.Deadline()
-	return budgetEndedAt(ctx, bd, err)
-}
-
-// budgetEndedAt is budgetEnded for a budget that ends at bd (zero: none).
-func budgetEndedAt(ctx context.Context, bd time.Time, err error) budgetEnd {
+// budgetEnded tells why a store call with the budget bd (zero: none), made
+// from the caller's ctx, failed with err. A timeout (the context's, or the
+// network's: go-redis sets its read deadline from the context) at the end
+// of the budget is the budget's; the budget ends a margin before the
+// caller's deadline when that one binds, else at the backend timeout.
+func budgetEnded(ctx context.Context, bd time.Time, err error) budgetEnd {
 	if bd.IsZero() {
 		return notEnded
 	}

@@ -166,13 +166,10 @@ type Options struct {
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store backend.Store
-	// byDeadline: the store takes the budget as a deadline beside the
-	// caller's context (backend.TakesDeadline); nil otherwise.
-	byDeadline backend.TakesDeadline
-	config     atomic.Pointer[descriptors.Config]
-	opts       Options
-	log        *slog.Logger
+	store  backend.TakesDeadline // takes the call's budget beside its context
+	config atomic.Pointer[descriptors.Config]
+	opts   Options
+	log    *slog.Logger
 
 	legacyNames rlheaders.LegacyNames // opts.LegacyHeaderNames, defaults filled in
 	fails       *failureLog
@@ -191,8 +188,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // New returns a Service deciding with store under config cfg (which may be
 // nil: every descriptor is then allowed until SetConfig).
 func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
-	s := &Service{store: store, opts: opts, log: opts.Logger}
-	s.byDeadline, _ = store.(backend.TakesDeadline)
+	s := &Service{store: backend.ByDeadline(store), opts: opts, log: opts.Logger}
 	s.legacyNames = opts.LegacyHeaderNames.OrDefault()
 	if s.log == nil {
 		s.log = slog.Default()
@@ -355,22 +351,11 @@ func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err err
 	if s.opts.Metrics != nil {
 		defer s.opts.Metrics.backendCall(time.Now())
 	}
-	if s.byDeadline != nil {
-		// The budget as a deadline beside ctx: no context and timer per call.
-		until := s.budgetDeadline(ctx)
-		sc.prepareDecisions()
-		allowed, err = s.byDeadline.ApplyBy(ctx, until, sc.items, sc.decisions)
-		if err != nil {
-			sc.budgetEnd = budgetEndedAt(ctx, until, err)
-		}
-		return allowed, err
-	}
-	bctx, cancel := s.budget(ctx)
-	defer cancel()
+	until := s.budget(ctx)
 	sc.prepareDecisions()
-	allowed, err = s.store.Apply(bctx, sc.items, sc.decisions)
+	allowed, err = s.store.ApplyBy(ctx, until, sc.items, sc.decisions)
 	if err != nil {
-		sc.budgetEnd = budgetEnded(ctx, bctx, err)
+		sc.budgetEnd = budgetEnded(ctx, until, err)
 	}
 	return allowed, err
 }

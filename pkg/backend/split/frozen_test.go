@@ -63,20 +63,36 @@ func counted(t *testing.T, st *redis.Store, key string, l algorithms.Limit, want
 // time left and failed (UNAVAILABLE). Each part now gets its share of the
 // budget: with the per-second Redis frozen, the healthy main Redis still
 // decides the main part. Every allowed hit is counted in both Redis
-// deployments once they answer again.
+// deployments once they answer again. The budget is the context's
+// deadline (Apply) or ApplyBy's, which the parts share the same way.
 func TestFrozenRedisDecidedLocally(t *testing.T) {
 	l := lim(1 << 20)
 	for _, tc := range []struct {
-		freeze string
-		calls  int
-		budget time.Duration
-	}{{"persecond", 3, 2 * time.Second}, {"main", 3, time.Second}} {
-		t.Run(tc.freeze+" frozen", func(t *testing.T) {
+		freeze  string
+		calls   int
+		budget  time.Duration
+		applyBy bool
+	}{
+		{"persecond", 3, 2 * time.Second, false}, {"main", 3, time.Second, false},
+		{"persecond", 3, 2 * time.Second, true}, {"main", 3, time.Second, true},
+	} {
+		name := tc.freeze + " frozen"
+		if tc.applyBy {
+			name += ", ApplyBy"
+		}
+		t.Run(name, func(t *testing.T) {
 			s, main, ps, frozen := frozenPair(t, "local", tc.freeze)
 			for i := 0; i < tc.calls; i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
-				allowed, err := s.Apply(ctx, []backend.Item{{Key: "s/k", Limit: l, Hits: 1}, {Key: "m/k", Limit: l, Hits: 1}}, make([]algorithms.Decision, 2))
-				cancel()
+				items := []backend.Item{{Key: "s/k", Limit: l, Hits: 1}, {Key: "m/k", Limit: l, Hits: 1}}
+				var allowed bool
+				var err error
+				if tc.applyBy {
+					allowed, err = s.ApplyBy(context.Background(), time.Now().Add(tc.budget), items, make([]algorithms.Decision, 2))
+				} else {
+					ctx, cancel := context.WithTimeout(context.Background(), tc.budget)
+					allowed, err = s.Apply(ctx, items, make([]algorithms.Decision, 2))
+					cancel()
+				}
 				if err != nil || !allowed {
 					t.Fatalf("call %d: %v %v, want allowed (decided locally where Redis is frozen)", i, allowed, err)
 				}

@@ -43,7 +43,7 @@
 // one request at a time and within the bound above under concurrency.
 //
 // Time: each call of a mixed request but the last may use only part of
-// the time ctx has left when it starts (2/3 for the peek, 3/4 of the rest
+// the time the request has left when it starts (2/3 for the peek, 3/4 of the rest
 // for the per-second part, the rest for the main part: see share), so one
 // frozen store cannot spend the whole budget and leave the other's part
 // none.
@@ -88,7 +88,8 @@ func PerSecondLimit(it *backend.Item) bool { return it.Limit.Window <= time.Seco
 // Store routes items to a main and a per-second store. See the package
 // documentation for the semantics of mixed requests.
 type Store struct {
-	main, perSecond backend.Store
+	main, perSecond backend.TakesDeadline
+	stores          [2]backend.Store // main and perSecond as given
 	route           func(*backend.Item) bool
 	cont            bool
 
@@ -96,12 +97,16 @@ type Store struct {
 	pool                      sync.Pool // *scratch
 }
 
-var _ backend.Store = (*Store)(nil)
+var _ backend.TakesDeadline = (*Store)(nil)
 
 // New returns a store that sends per-second items to perSecond and the rest
 // to main. Close closes both.
 func New(main, perSecond backend.Store, opts Options) *Store {
-	s := &Store{main: main, perSecond: perSecond, route: opts.PerSecond, cont: opts.ContinueOnError}
+	s := &Store{
+		main: backend.ByDeadline(main), perSecond: backend.ByDeadline(perSecond),
+		stores: [2]backend.Store{main, perSecond},
+		route:  opts.PerSecond, cont: opts.ContinueOnError,
+	}
 	if s.route == nil {
 		s.route = PerSecondLimit
 	}
@@ -133,9 +138,9 @@ func (s *Store) Close() error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		mainErr = s.main.Close()
+		mainErr = s.stores[0].Close()
 	}()
-	psErr := s.perSecond.Close()
+	psErr := s.stores[1].Close()
 	<-done
 	return errors.Join(mainErr, psErr)
 }
@@ -144,7 +149,7 @@ func (s *Store) Close() error {
 // both stores (those that write back: a Redis store).
 func (s *Store) WriteBackPending() int {
 	n := 0
-	for _, st := range []backend.Store{s.main, s.perSecond} {
+	for _, st := range s.stores {
 		if p, ok := st.(interface{ WriteBackPending() int }); ok {
 			n += p.WriteBackPending()
 		}
@@ -158,7 +163,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	type pinger interface{ Ping(context.Context) error }
 	var errs [2]error
 	var wg sync.WaitGroup
-	for i, st := range []backend.Store{s.main, s.perSecond} {
+	for i, st := range s.stores {
 		p, ok := st.(pinger)
 		if !ok {
 			continue
@@ -181,6 +186,13 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Apply implements backend.Store.
 func (s *Store) Apply(ctx context.Context, items []backend.Item, out []algorithms.Decision) (bool, error) {
+	return s.ApplyBy(ctx, time.Time{}, items, out)
+}
+
+// ApplyBy implements backend.TakesDeadline: each store's part is decided by
+// ApplyBy, by its share of the time left before the earlier of ctx's
+// deadline and until, with no context made per call.
+func (s *Store) ApplyBy(ctx context.Context, until time.Time, items []backend.Item, out []algorithms.Decision) (bool, error) {
 	n := len(items)
 	if len(out) < n {
 		return false, fmt.Errorf("split: %d decisions for %d items", len(out), n)
@@ -193,15 +205,18 @@ func (s *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 	}
 	switch ps {
 	case 0:
-		return s.main.Apply(ctx, items, out)
+		return s.main.ApplyBy(ctx, until, items, out)
 	case n:
-		return s.perSecond.Apply(ctx, items, out)
+		return s.perSecond.ApplyBy(ctx, until, items, out)
 	}
 	s.mixed.Add(1)
 	sc := s.pool.Get().(*scratch)
 	defer s.pool.Put(sc)
 	sc.split(items, s.route)
-	allowed, err := s.decideMixed(ctx, sc)
+	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
+		until = d
+	}
+	allowed, err := s.decideMixed(ctx, until, sc)
 	for k, i := range sc.psIdx {
 		out[i] = sc.psOut[k]
 	}
@@ -212,8 +227,9 @@ func (s *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 }
 
 // decideMixed decides a mixed request split into sc (see the package
-// documentation) and leaves the decisions in sc.psOut and sc.mainOut.
-func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
+// documentation) by end (zero: no deadline), and leaves the decisions in
+// sc.psOut and sc.mainOut.
+func (s *Store) decideMixed(ctx context.Context, end time.Time, sc *scratch) (bool, error) {
 	A, B := sc.ps, sc.main // A is charged first, B is peeked first
 	dA, dB := sc.psOut, sc.mainOut
 
@@ -221,9 +237,7 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 	peeked := false
 	if canDeny(B) {
 		s.peeks.Add(1)
-		pctx, cancel := share(ctx, 3)
-		err := s.peek(pctx, s.main, B, dB, sc)
-		cancel()
+		err := s.peek(ctx, share(end, 3), s.main, B, dB, sc)
 		if err != nil {
 			if !s.cont || errors.Is(err, backend.ErrClosed) {
 				return false, err
@@ -231,7 +245,7 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 			// Failing open: the main store counts the peek's hits itself
 			// (a failed Redis store writes them back), so only the
 			// per-second part is still charged.
-			s.perSecond.Apply(ctx, sc.rewrite(A, B, nil), dA)
+			s.perSecond.ApplyBy(ctx, end, sc.rewrite(A, B, nil), dA)
 			return false, err
 		}
 		peeked = true
@@ -243,24 +257,23 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 		seen = dB
 	}
 	A2 := sc.rewrite(A, B, seen)
-	actx, cancel := share(ctx, 2)
-	defer cancel()
+	aEnd := share(end, 2)
 	if sc.knownDenied || (peeked && enforcedDenies(B, dB)) {
-		if err := s.deniedCall(actx, s.perSecond, A, dA, sc); err != nil {
+		if err := s.deniedCall(ctx, aEnd, s.perSecond, A, dA, sc); err != nil {
 			return false, err
 		}
-		return false, s.finishDenied(ctx, B, dB, peeked, sc)
+		return false, s.finishDenied(ctx, end, B, dB, peeked, sc)
 	}
-	committed, err := s.perSecond.Apply(actx, A2, dA)
+	committed, err := s.perSecond.ApplyBy(ctx, aEnd, A2, dA)
 	if err != nil {
 		if !s.cont || errors.Is(err, backend.ErrClosed) {
 			return false, err
 		}
-		s.main.Apply(ctx, sc.rewrite(B, A, nil), dB)
+		s.main.ApplyBy(ctx, end, sc.rewrite(B, A, nil), dB)
 		return false, err
 	}
 	if !committed {
-		return false, s.finishDenied(ctx, B, dB, peeked, sc)
+		return false, s.finishDenied(ctx, end, B, dB, peeked, sc)
 	}
 
 	// 3. The main part, charged when the request is allowed given the
@@ -270,9 +283,9 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 		// Not reached when both parts saw the same states; kept for a
 		// store that answers differently on a second look.
 		s.overCharged.Add(1)
-		return false, s.deniedCall(ctx, s.main, B, dB, sc)
+		return false, s.deniedCall(ctx, end, s.main, B, dB, sc)
 	}
-	committed, err = s.main.Apply(ctx, B2, dB)
+	committed, err = s.main.ApplyBy(ctx, end, B2, dB)
 	if err != nil {
 		return false, err
 	}
@@ -282,60 +295,58 @@ func (s *Store) decideMixed(ctx context.Context, sc *scratch) (bool, error) {
 	return committed, nil
 }
 
-// share returns the context of the next of left calls of a mixed request
-// still to make: (left+1)/(2*left) of the time ctx has left, so 2/3 for
-// the first of three, 3/4 for the first of two, all of it for the last. A
-// store that cannot answer within its share (a frozen Redis) then leaves
-// the later calls a quarter of the time at least, so a healthy store still
-// decides its part, where the first call would otherwise spend the whole
-// budget and leave the others none (a Redis store's degraded mode decides
-// a call whose time is up at once, without Redis). Equal shares (a third
-// each) cost more under overload, when every call waits in a queue: at 60
-// clients with 50 ms deadlines on a busy 2-core machine they left 400 to
-// 550 of 30,000-40,000 requests to the fallback, these shares none.
-func share(ctx context.Context, left int) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
-	if !ok || left <= 1 {
-		return ctx, func() {}
+// share returns the deadline of the next of left calls of a mixed request
+// still to make, which must end by end (zero: no deadline): (left+1)/(2*left)
+// of the time left, so 2/3 for the first of three, 3/4 for the first of
+// two, all of it for the last. A store that cannot answer within its share
+// (a frozen Redis) then leaves the later calls a quarter of the time at
+// least, so a healthy store still decides its part, where the first call
+// would otherwise spend the whole budget and leave the others none (a
+// Redis store's degraded mode decides a call whose time is up at once,
+// without Redis). Equal shares (a third each) left more requests to the
+// fallback under overload, when every call waits in a queue.
+func share(end time.Time, left int) time.Time {
+	if end.IsZero() || left <= 1 {
+		return end
 	}
-	rem := time.Until(d)
-	return context.WithDeadline(ctx, time.Now().Add(rem*time.Duration(left+1)/time.Duration(2*left)))
+	now := time.Now()
+	return now.Add(end.Sub(now) * time.Duration(left+1) / time.Duration(2*left))
 }
 
 // finishDenied settles the main part of a denied request: its peek already
 // holds a denied request's decisions, unless it was not peeked or has usage
 // accounting to charge.
-func (s *Store) finishDenied(ctx context.Context, B []backend.Item, dB []algorithms.Decision, peeked bool, sc *scratch) error {
+func (s *Store) finishDenied(ctx context.Context, end time.Time, B []backend.Item, dB []algorithms.Decision, peeked bool, sc *scratch) error {
 	if peeked && !hasAccount(B) {
 		return nil
 	}
-	return s.deniedCall(ctx, s.main, B, dB, sc)
+	return s.deniedCall(ctx, end, s.main, B, dB, sc)
 }
 
 // peek decides items on st without charging anything: usage accounting is
 // decided as an ordinary charge, and blockers make the store deny.
-func (s *Store) peek(ctx context.Context, st backend.Store, items []backend.Item, out []algorithms.Decision, sc *scratch) error {
+func (s *Store) peek(ctx context.Context, until time.Time, st backend.TakesDeadline, items []backend.Item, out []algorithms.Decision, sc *scratch) error {
 	sc.call = append(sc.call[:0], items...)
 	for i := range sc.call {
 		sc.call[i].Account = false
 	}
-	return s.blocked(ctx, st, out, sc)
+	return s.blocked(ctx, until, st, out, sc)
 }
 
 // deniedCall decides items on st as a denied request: only usage
 // accounting is charged, and the other items report as a denied request's.
-func (s *Store) deniedCall(ctx context.Context, st backend.Store, items []backend.Item, out []algorithms.Decision, sc *scratch) error {
+func (s *Store) deniedCall(ctx context.Context, until time.Time, st backend.TakesDeadline, items []backend.Item, out []algorithms.Decision, sc *scratch) error {
 	sc.call = append(sc.call[:0], items...)
-	return s.blocked(ctx, st, out, sc)
+	return s.blocked(ctx, until, st, out, sc)
 }
 
 // blocked applies sc.call plus its blockers on st and copies the decisions
 // of sc.call's items into out.
-func (s *Store) blocked(ctx context.Context, st backend.Store, out []algorithms.Decision, sc *scratch) error {
+func (s *Store) blocked(ctx context.Context, until time.Time, st backend.TakesDeadline, out []algorithms.Decision, sc *scratch) error {
 	n := len(sc.call)
 	sc.call = appendBlockers(sc.call, n)
 	sc.callOut = grow(sc.callOut, len(sc.call))
-	if _, err := st.Apply(ctx, sc.call, sc.callOut); err != nil {
+	if _, err := st.ApplyBy(ctx, until, sc.call, sc.callOut); err != nil {
 		return err
 	}
 	copy(out, sc.callOut[:n])
