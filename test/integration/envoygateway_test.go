@@ -138,6 +138,31 @@ func egRequest(domain, rule, user, addr string) *rlsv3.RateLimitRequest {
 	}}}}
 }
 
+// egEnvironment is the environment Envoy Gateway gives the rate limit
+// Deployment (expectedRateLimitContainerEnv), with paths into the test's
+// PKI, the control plane at cpAddr, Redis at redisURL, the listeners on
+// loopback at the given ports, and a quick reconnect to the control plane.
+func egEnvironment(pki *egPKI, cpAddr, redisURL string, grpcPort, httpPort, debugPort, promPort int) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		// expectedRateLimitContainerEnv, paths into the test's directory
+		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=false",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + cpAddr, "CONFIG_GRPC_XDS_NODE_ID=" + xdstest.NodeID,
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + pki.rlCert, "GRPC_SERVER_TLS_KEY=" + pki.rlKey, "GRPC_SERVER_TLS_CA_CERT=" + pki.ca,
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + pki.rlCert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + pki.rlKey,
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + pki.ca,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisURL,
+		"USE_PROMETHEUS=true", fmt.Sprintf("PROMETHEUS_ADDR=127.0.0.1:%d", promPort), "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+		// Listeners on loopback and free ports (reference variables too),
+		// and a quick reconnect for a control plane restart.
+		"HOST=127.0.0.1", fmt.Sprintf("PORT=%d", httpPort), "GRPC_HOST=127.0.0.1", fmt.Sprintf("GRPC_PORT=%d", grpcPort),
+		"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", debugPort),
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=50ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=200ms",
+	}
+}
+
 // TestEnvoyGatewayEndToEnd runs the binary as Envoy Gateway's Deployment
 // does: /bin/ratelimit with no arguments and Envoy Gateway's environment,
 // its config from a go-control-plane xDS server over mutual TLS 1.3.
@@ -154,24 +179,7 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 
 	clearOfHourEnd(t)
 	grpcPort, httpPort, debugPort, promPort := freePort(t), freePort(t), freePort(t), freePort(t)
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		// expectedRateLimitContainerEnv, paths into the test's directory
-		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
-		"LOG_LEVEL=info", "USE_STATSD=false",
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + cp.Addr, "CONFIG_GRPC_XDS_NODE_ID=" + xdstest.NodeID,
-		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + pki.rlCert, "GRPC_SERVER_TLS_KEY=" + pki.rlKey, "GRPC_SERVER_TLS_CA_CERT=" + pki.ca,
-		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + pki.rlCert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + pki.rlKey,
-		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + pki.ca,
-		"FORCE_START_WITHOUT_INITIAL_CONFIG=true",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr(),
-		"USE_PROMETHEUS=true", fmt.Sprintf("PROMETHEUS_ADDR=127.0.0.1:%d", promPort), "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
-		// Listeners on loopback and free ports (reference variables too),
-		// and a quick reconnect for the control plane restart below.
-		"HOST=127.0.0.1", fmt.Sprintf("PORT=%d", httpPort), "GRPC_HOST=127.0.0.1", fmt.Sprintf("GRPC_PORT=%d", grpcPort),
-		"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", debugPort),
-		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=50ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=200ms",
-	}
+	env := egEnvironment(pki, cp.Addr, rdb.Addr(), grpcPort, httpPort, debugPort, promPort)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary) // no arguments, as /bin/ratelimit
 	p.cmd.Env = env
