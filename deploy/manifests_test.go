@@ -59,6 +59,12 @@ func newTyped(kind string) any {
 		return &egv1a1.BackendTrafficPolicy{}
 	case "gateway.envoyproxy.io/v1alpha1/EnvoyGateway":
 		return &egv1a1.EnvoyGateway{}
+	case "gateway.envoyproxy.io/v1alpha1/Backend":
+		return &egv1a1.Backend{}
+	case "aigateway.envoyproxy.io/v1alpha1/AIGatewayRoute":
+		return &aigwRoute{}
+	case "aigateway.envoyproxy.io/v1alpha1/AIServiceBackend":
+		return &aigwServiceBackend{}
 	case "gateway.kgateway.dev/v1alpha1/GatewayExtension":
 		return &kgwGatewayExtension{}
 	case "gateway.kgateway.dev/v1alpha1/TrafficPolicy":
