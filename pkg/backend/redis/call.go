@@ -129,18 +129,19 @@ func (c *call) onLate(f func(charged []bool)) {
 func notCharged() []bool { return nil }
 
 // chargedItems reports, per item of a call that ran, whether Redis charged
-// it: its request's verdict committed and its own decision allowed. A
-// group whose script call failed counts as not charged (it may have run
-// and lost its reply: see Store.degrade).
+// it: usage accounting always, other items when their request's verdict
+// committed and their own decision allowed. A group whose script call
+// failed counts as not charged (it may have run and lost its reply: see
+// Store.degrade).
 func chargedItems(c *call) []bool {
 	var charged []bool
 	for gi := range c.groups {
 		g := &c.groups[gi]
-		if g.err != nil || len(g.reply) != 1+replyFields*len(g.idx) || g.reply[0] != 1 {
+		if g.err != nil || len(g.reply) != 1+replyFields*len(g.idx) {
 			continue
 		}
 		for k, i := range g.idx {
-			if g.reply[1+replyFields*k+replyAllowedHi]&1 == 1 {
+			if g.items[k].bits&bitAccount != 0 || (g.reply[0] == 1 && g.reply[1+replyFields*k+replyAllowedHi]&1 == 1) {
 				if charged == nil {
 					charged = make([]bool, c.items)
 				}

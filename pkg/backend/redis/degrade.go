@@ -109,11 +109,12 @@ func (r *Store) degrade(c *call, items []backend.Item, out []algorithms.Decision
 		if r.onFallback != nil {
 			r.onFallback(err)
 		}
-		if allowed {
-			for i, it := range items {
-				if it.Hits > 0 && out[i].Allowed {
-					count, idx = append(count, it), append(idx, i)
-				}
+		// What the fallback charged goes to Redis later: the hits of an
+		// allowed request's allowing items, and usage accounting whatever
+		// the verdict (the fallback charged it even when it did not fit).
+		for i, it := range items {
+			if it.Hits > 0 && (it.Account || (allowed && out[i].Allowed)) {
+				count, idx = append(count, it), append(idx, i)
 			}
 		}
 	case r.countFailedOpen:

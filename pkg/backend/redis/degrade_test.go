@@ -394,3 +394,58 @@ func testClusterFrozenMasterChargesOnce(t *testing.T, cl *redistest.Cluster) {
 		t.Errorf("Redis counted %d, want the %d allowed and %d charged late, plus at most %d unsure", got, a1+a2, st.LateCharged, st.WriteBackUnsure)
 	}
 }
+
+// TestLocalFallbackAccountsUsage: usage accounting (the costs Envoy reports
+// when a stream is done) decided by the fallback while Redis is frozen is
+// charged there even when it does not fit, and written back to Redis
+// whatever the local verdict, so Redis ends with every charge counted
+// exactly once: before, a cost the fallback could not fit was counted
+// locally and lost for Redis. A request of an accounted charge beside a
+// denying limit is written back too.
+func TestLocalFallbackAccountsUsage(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	fb := memory.New()
+	defer fb.Close()
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), PoolSize: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, Fallback: fb})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 20, Window: time.Hour}
+	blocked := backend.Item{Key: "blocked", Limit: algorithms.Limit{Requests: 0, Window: time.Hour}, Hits: 1}
+	charge := func(n int, hits uint64, d time.Duration, extra ...backend.Item) (failed int64) {
+		var f atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				items := append([]backend.Item{{Key: "u", Limit: l, Hits: hits, Account: true}}, extra...)
+				if _, err := r.Apply(ctx, items, make([]algorithms.Decision, len(items))); err != nil {
+					f.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return f.Load()
+	}
+	if f := charge(3, 5, 10*time.Second); f != 0 {
+		t.Fatalf("%d healthy charges failed", f)
+	}
+	srv.Pause()
+	// 8 charges of 4 on the fallback, whose fresh key holds 20: most do
+	// not fit; 2 more beside a limit that denies every request.
+	f := charge(8, 4, 50*time.Millisecond) + charge(2, 4, 50*time.Millisecond, blocked)
+	srv.Resume()
+	if f != 0 {
+		t.Fatalf("%d calls failed with a fallback store", f)
+	}
+	settle(t, r)
+	st := r.Stats()
+	got := rawCount(t, srv, "u")
+	t.Logf("Redis holds %d; stats %+v", got, st)
+	if st.WriteBackRetried != 0 || st.WriteBackUnsure != 0 {
+		t.Fatalf("write-backs may have run twice (%d retried, %d unsure): the count cannot be checked", st.WriteBackRetried, st.WriteBackUnsure)
+	}
+	if want := uint64(3*5 + 10*4); got != want {
+		t.Errorf("Redis counted %d, want every charge: %d", got, want)
+	}
+}
