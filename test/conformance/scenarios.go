@@ -315,6 +315,28 @@ var scenarios = []scenario{{
 		one(req("basic", d("key2", "h"))),
 	),
 }, {
+	// Envoy Gateway's cost.response on a plain descriptor (no quota_mode),
+	// as Envoy AI Gateway's token budgets send it: a check with the
+	// descriptor's hits_addend 0, then, when it passed, the cost as the
+	// descriptor's hits_addend when the stream is done. Costs given on the
+	// descriptor are usage accounting (usage_accounting auto): counted even
+	// when they do not fit, as the reference counts every charge, so the
+	// budget holds and the answers are the reference's. A request-path
+	// cost (cost.request) that does not fit is counted too, as there.
+	name:   "service/cost_response",
+	config: basicConfig,
+	steps: cat(
+		one(req("basic", d("key3", "c").withHits(0))),
+		one(step{domain: "basic", descs: []desc{d("key3", "c").withHits(4)}, ifAllowed: true}),
+		one(req("basic", d("key3", "c").withHits(0))),
+		one(step{domain: "basic", descs: []desc{d("key3", "c").withHits(8)}, ifAllowed: true}),
+		one(req("basic", d("key3", "c").withHits(0))),
+		one(step{domain: "basic", descs: []desc{d("key3", "c").withHits(3)}, ifAllowed: true}),
+		one(req("basic", d("key3", "c2").withHits(7))),
+		one(req("basic", d("key3", "c2").withHits(5))),
+		one(req("basic", d("key3", "c2").withHits(0))),
+	),
+}, {
 	// test/service: empty requests and descriptors.
 	name:   "service/empty",
 	config: basicConfig,
@@ -382,7 +404,10 @@ var scenarios = []scenario{{
 	config: basicConfig,
 	steps: cat(
 		one(req("basic", d("key2", "w").withHits(0))),
-		one(req("basic", d("key2", "w").withHits(21)).because(allOrNothing)),
+		// 21 hits given on the descriptor are usage accounting (the rule
+		// of usage_accounting auto): counted although they do not fit, as
+		// the reference counts them, so nothing is left here either.
+		one(req("basic", d("key2", "w").withHits(21))),
 		one(req("basic", d("key2", "w2"), d("one_per_minute", "w2"))),
 		one(req("basic", d("key2", "w2"), d("one_per_minute", "w2")).because(allOrNothing)),
 		one(req("basic", d("key2", "w2")).because(allOrNothing)),

@@ -77,10 +77,15 @@ func budgetFileYAML(algs []string) string {
 // budgetRequest is the request Envoy sends for the rule, with hits as the
 // descriptor's hits_addend.
 func budgetRequest(alg string, hits uint64) *rlsv3.RateLimitRequest {
+	return budgetRequestOf(alg, budgetUser, hits)
+}
+
+// budgetRequestOf is budgetRequest for another user.
+func budgetRequestOf(alg, user string, hits uint64) *rlsv3.RateLimitRequest {
 	r := budgetRoute(alg)
 	return &rlsv3.RateLimitRequest{Domain: budgetDomain, Descriptors: []*commonv3.RateLimitDescriptor{{
 		Entries: []*commonv3.RateLimitDescriptor_Entry{
-			{Key: r, Value: r}, {Key: "rule-0-match-0", Value: budgetUser}, {Key: "rule-0-match-1", Value: budgetModel},
+			{Key: r, Value: r}, {Key: "rule-0-match-0", Value: user}, {Key: "rule-0-match-1", Value: budgetModel},
 		},
 		HitsAddend: wrapperspb.UInt64(hits),
 	}}}
@@ -361,6 +366,26 @@ func TestTokenBudgetOverXDS(t *testing.T) {
 			clients = append(clients, startEGInstance(t, pki, cp, srv.Addr()))
 		}
 		checkBudget(t, clients, srv.Client(), "fixed_window", false)
+
+		// ENVOY_RLS_USAGE_ACCOUNTING reaches the config over xDS under
+		// Envoy Gateway's environment: with never, a cost that does not
+		// fit is refused whole and counts nothing; with the default it
+		// counts.
+		never := startEGInstance(t, pki, cp, srv.Addr(), "ENVOY_RLS_USAGE_ACCOUNTING=never")
+		code := func(c rlsv3.RateLimitServiceClient, user string, hits uint64) rlsv3.RateLimitResponse_Code {
+			t.Helper()
+			r, err := c.ShouldRateLimit(ctxT(t), budgetRequestOf("fixed_window", user, hits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.OverallCode
+		}
+		if code(never, "bob", budgetLimit+1) != rlsv3.RateLimitResponse_OVER_LIMIT || code(never, "bob", 0) != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("usage accounting never: a cost over the budget was counted")
+		}
+		if code(clients[0], "bob", budgetLimit+1) != rlsv3.RateLimitResponse_OVER_LIMIT || code(never, "bob", 0) != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("usage accounting auto: a cost over the budget was not counted")
+		}
 	})
 	t.Run("cluster", func(t *testing.T) {
 		clearOfHourEnd(t)
