@@ -100,21 +100,22 @@ type Policy struct {
 	Denied bool
 }
 
-// Binding returns the index of the most restrictive policy, or -1 when there
-// is none: a denying policy over an allowing one, among denials the longest
-// wait, among allowances the least remaining, then the longest reset. Ties
-// keep the earlier policy.
+// Binding returns the index of the most restrictive policy (see Binds), or
+// -1 when there is none. Ties keep the earlier policy.
 func Binding(ps []Policy) int {
 	best := -1
 	for i := range ps {
-		if best < 0 || moreRestrictive(&ps[i], &ps[best]) {
+		if best < 0 || Binds(&ps[i], &ps[best]) {
 			best = i
 		}
 	}
 	return best
 }
 
-func moreRestrictive(a, b *Policy) bool {
+// Binds reports whether policy a binds harder than b: a denying policy over
+// an allowing one, among denials the longer wait (Reset), among allowances
+// the less remaining, then the longer reset.
+func Binds(a, b *Policy) bool {
 	if a.Denied != b.Denied {
 		return a.Denied
 	}
@@ -158,29 +159,38 @@ func IETF(ps []Policy) (policy, ratelimit string) {
 	if b < 0 {
 		return "", ""
 	}
-	buf := make([]byte, 0, 48*len(ps))
+	buf := AppendPolicy(make([]byte, 0, 48*len(ps)), ps)
+	policy = string(buf)
+	return policy, string(AppendRateLimit(buf[:0], &ps[b]))
+}
+
+// AppendPolicy appends the value of the RateLimit-Policy field of ps (every
+// policy, in order) to dst.
+func AppendPolicy(dst []byte, ps []Policy) []byte {
 	for i := range ps {
 		p := &ps[i]
 		if i > 0 {
-			buf = append(buf, ", "...)
+			dst = append(dst, ", "...)
 		}
-		buf = appendString(buf, p.Name)
-		buf = append(buf, ";q="...)
-		buf = strconv.AppendUint(buf, integer(p.Quota), 10)
-		buf = append(buf, ";w="...)
-		buf = strconv.AppendInt(buf, windowSeconds(p.Window), 10)
-		buf = appendPartitionKey(buf, p.PartitionKey)
+		dst = appendString(dst, p.Name)
+		dst = append(dst, ";q="...)
+		dst = strconv.AppendUint(dst, integer(p.Quota), 10)
+		dst = append(dst, ";w="...)
+		dst = strconv.AppendInt(dst, windowSeconds(p.Window), 10)
+		dst = appendPartitionKey(dst, p.PartitionKey)
 	}
-	policy = string(buf)
+	return dst
+}
 
-	p := &ps[b]
-	buf = appendString(buf[:0], p.Name)
-	buf = append(buf, ";r="...)
-	buf = strconv.AppendUint(buf, integer(p.Remaining), 10)
-	buf = append(buf, ";t="...)
-	buf = strconv.AppendInt(buf, Seconds(p.Reset), 10)
-	buf = appendPartitionKey(buf, p.PartitionKey)
-	return policy, string(buf)
+// AppendRateLimit appends the value of the RateLimit field for p, the
+// binding policy, to dst.
+func AppendRateLimit(dst []byte, p *Policy) []byte {
+	dst = appendString(dst, p.Name)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendUint(dst, integer(p.Remaining), 10)
+	dst = append(dst, ";t="...)
+	dst = strconv.AppendInt(dst, Seconds(p.Reset), 10)
+	return appendPartitionKey(dst, p.PartitionKey)
 }
 
 // Draft03 returns the values of X-RateLimit-Limit, X-RateLimit-Remaining and
@@ -191,31 +201,42 @@ func IETF(ps []Policy) (policy, ratelimit string) {
 // "quota;w=seconds" with ;name="..." when it has a name, for example
 // `10, 10;w=1, 1000;w=3600;name="daily"`. Unlike Envoy's builder, which sees
 // one status per descriptor and its unit without the multiplier, every limit
-// of a composite is listed, and a window such as 90s is w=90.
+// of a composite is listed, and a window such as 90s is w=90. Remaining and
+// reset are the binding policy's, the reset in whole seconds, rounded up.
 func Draft03(ps []Policy) (limit, remaining, reset string) {
-	if len(ps) == 0 {
+	b := Binding(ps)
+	if b < 0 {
 		return "", "", ""
 	}
-	least := Binding(ps)
-	buf := make([]byte, 0, 24*len(ps)+8)
-	buf = strconv.AppendUint(buf, ps[least].Quota, 10)
+	limit = string(AppendDraft03Limit(make([]byte, 0, 24*len(ps)+8), ps, b))
+	return limit, strconv.FormatUint(ps[b].Remaining, 10), strconv.FormatInt(Seconds(ps[b].Reset), 10)
+}
+
+// AppendDraft03Limit appends the value of X-RateLimit-Limit (see Draft03)
+// to dst, for the policies ps of which ps[binding] binds.
+func AppendDraft03Limit(dst []byte, ps []Policy, binding int) []byte {
+	dst = strconv.AppendUint(dst, ps[binding].Quota, 10)
 	for i := range ps {
 		p := &ps[i]
-		buf = append(buf, ", "...)
-		buf = strconv.AppendUint(buf, p.Quota, 10)
-		buf = append(buf, ";w="...)
-		buf = strconv.AppendInt(buf, windowSeconds(p.Window), 10)
+		dst = append(dst, ", "...)
+		dst = strconv.AppendUint(dst, p.Quota, 10)
+		dst = append(dst, ";w="...)
+		dst = strconv.AppendInt(dst, windowSeconds(p.Window), 10)
 		if p.Name != "" {
-			buf = append(buf, ";name="...)
-			buf = appendString(buf, p.Name)
+			dst = append(dst, ";name="...)
+			dst = appendString(dst, p.Name)
 		}
 	}
-	return string(buf), strconv.FormatUint(ps[least].Remaining, 10), strconv.FormatInt(Seconds(ps[least].Reset), 10)
+	return dst
 }
 
 // Legacy returns the RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
-// values (the reference server's LIMIT_RESPONSE_HEADERS_ENABLED) for the
-// binding policy, or three empty strings when ps is empty.
+// values for the binding policy, or three empty strings when ps is empty.
+//
+// Deprecated: nothing uses it. The reference server's fields
+// (LIMIT_RESPONSE_HEADERS_ENABLED) describe the binding descriptor status
+// and its requests per unit, which a Policy does not hold: pkg/rls builds
+// them from its statuses.
 func Legacy(ps []Policy) (limit, remaining, reset string) {
 	b := Binding(ps)
 	if b < 0 {
@@ -228,8 +249,18 @@ func Legacy(ps []Policy) (limit, remaining, reset string) {
 // RetryAfter returns the Retry-After value for a wait of d: whole seconds,
 // rounded up, at least 1 (a denied client should not retry at once).
 func RetryAfter(d time.Duration) string {
-	return strconv.FormatInt(max(Seconds(d), 1), 10)
+	return strconv.FormatInt(RetryAfterSeconds(d), 10)
 }
+
+// AppendRetryAfter appends the Retry-After value for a wait of d (see
+// RetryAfter) to dst.
+func AppendRetryAfter(dst []byte, d time.Duration) []byte {
+	return strconv.AppendInt(dst, RetryAfterSeconds(d), 10)
+}
+
+// RetryAfterSeconds is the wait of d as Retry-After says it: whole seconds,
+// rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int64 { return max(Seconds(d), 1) }
 
 // appendString appends s as a Structured Field String: quoted, with '"' and
 // '\' escaped and every byte outside printable ASCII written as '?'.
