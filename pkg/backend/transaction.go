@@ -8,9 +8,13 @@ import (
 
 // The transaction of a request, written once: Transact is what every store
 // does between reading the states of a request's keys and writing them back.
-// The memory store locks the entries, calls it and writes back; the Redis
-// store's script (pkg/backend/redis/lua/*.lua, joined into one) is its Lua
-// twin, step for step; the stores' test models are Transact over a map.
+// The memory store locks the entries, calls it and writes back; the stores'
+// test models are Transact over a map. The Redis store's script
+// (pkg/backend/redis/lua/*.lua, joined into one) is its Lua twin: the same
+// decisions in the same order, with the same outcome, but it charges the
+// states in place and keeps an undo log of the keys a request changed,
+// which it rolls back (newest first) when the request does not commit,
+// where Transact charges copies (Next) and starts them again from Stored.
 
 // Commit says when the charges of a transaction are kept.
 type Commit uint8

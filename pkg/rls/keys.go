@@ -15,10 +15,13 @@ import (
 // where each <len> is the decimal byte length of the field after the colon.
 // Length prefixes make the encoding unambiguous whatever bytes the values hold:
 // the reference server's `domain_key_value_` joins let (b_c, d) and (b, c_d)
-// share a counter; here they cannot. The limit's identity (algorithm,
-// requests, window, burst) ends the key, so two limits on one descriptor never
-// share state, and a limit that did not change keeps its counter across a
-// config reload.
+// share a counter; here they cannot. The limit's counter identity ends the
+// key (descriptors.CounterID: its algorithm and window, and its place among
+// the descriptor's limits of that algorithm and window), so two limits on
+// one descriptor never share state. The count (requests_per_unit, burst) is
+// not in the key: usage belongs to the descriptor, so a reload or a request
+// override that changes the count applies it to what was already used; a
+// change of algorithm or window starts a fresh counter.
 //
 // Every limit of one descriptor is in one partition (backend.Item.Partition):
 // the xxhash64 of the descriptor part (domain and entries), never zero. The
