@@ -33,6 +33,8 @@ descriptors:
       - {unit: minute, requests_per_unit: 1000000000}
       - {unit: second, requests_per_unit: 1000000000, algorithm: token_bucket}
       - {window: 10s, requests_per_unit: 1000000000, algorithm: sliding_window_counter}
+  - key: attacker
+    rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
 func benchService(b *testing.B) *rls.Service { return benchServiceOn(b, false) }
@@ -104,6 +106,22 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkShouldRateLimitDenied is BenchmarkShouldRateLimit's hot key
+// denied, with the default options: every call is OVER_LIMIT, with
+// Retry-After and the denying rule in dynamic metadata, as under a flood.
+func BenchmarkShouldRateLimitDenied(b *testing.B) {
+	svc := benchService(b)
+	req := benchRequests("attacker", 1)[0]
+	ctx := context.Background()
+	svc.ShouldRateLimit(ctx, req) // the hour's one request
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := svc.ShouldRateLimit(ctx, req); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			b.Fatal(r, err)
+		}
 	}
 }
 

@@ -19,14 +19,13 @@ func AnswerMargin(remaining time.Duration) time.Duration {
 	return min(max(remaining/10, MinAnswerMargin), MaxAnswerMargin)
 }
 
-// budget returns the deadline of a store call (zero: none): the caller's
-// deadline minus the answer margin, and no later than BackendTimeout from
-// now; with no caller deadline, BackendTimeout alone. A busy service
+// budget returns the deadline of a store call made at now (zero: none): the
+// caller's deadline minus the answer margin, and no later than
+// BackendTimeout from now; with no caller deadline, BackendTimeout alone. A busy service
 // therefore waits for the backend as long as the caller can wait, rather
 // than for a fixed time after which it would answer by the failure mode.
 // The store takes it beside the caller's context (backend.TakesDeadline).
-func (s *Service) budget(ctx context.Context) time.Time {
-	now := time.Now()
+func (s *Service) budget(ctx context.Context, now time.Time) time.Time {
 	var until time.Time
 	if d, ok := ctx.Deadline(); ok {
 		until = d.Add(-AnswerMargin(d.Sub(now)))

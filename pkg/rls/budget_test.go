@@ -60,7 +60,7 @@ func TestBudget(t *testing.T) {
 				ctx, cancel = context.WithDeadline(ctx, before.Add(tc.callerDeadline))
 				defer cancel()
 			}
-			d := s.budget(ctx)
+			d := s.budget(ctx, time.Now())
 			after := time.Now()
 			if d.IsZero() {
 				t.Fatal("no deadline")
@@ -75,7 +75,7 @@ func TestBudget(t *testing.T) {
 		})
 	}
 	s := New(nil, nil, Options{})
-	if d := s.budget(context.Background()); !d.IsZero() {
+	if d := s.budget(context.Background(), time.Now()); !d.IsZero() {
 		t.Error("a deadline with neither a caller deadline nor a backend timeout")
 	}
 }

@@ -1,13 +1,18 @@
 package rls_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dunglas/httpsfv"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -71,6 +76,26 @@ func parseFields(t *testing.T, h map[string]string) (pols []sfPolicy, name strin
 		}
 	}
 	return pols, name, r, reset, pk
+}
+
+func TestParseHeaderMode(t *testing.T) {
+	for in, want := range map[string]rls.HeaderMode{
+		"off": rls.HeadersOff, "false": rls.HeadersOff, "true": rls.HeadersLegacy, "legacy": rls.HeadersLegacy,
+		"ietf": rls.HeadersIETF, "IETF": rls.HeadersIETF, "draft03": rls.HeadersDraft03, "all": rls.HeadersAll,
+	} {
+		got, err := rls.ParseHeaderMode(in)
+		if err != nil || got != want {
+			t.Errorf("rls.ParseHeaderMode(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := rls.ParseHeaderMode("draft04"); err == nil || !strings.Contains(err.Error(), "want off, ietf, draft03, legacy or all") {
+		t.Errorf("bad mode: %v", err)
+	}
+	for _, m := range []rls.HeaderMode{rls.HeadersOff, rls.HeadersLegacy, rls.HeadersIETF, rls.HeadersDraft03, rls.HeadersAll} {
+		if back, _ := rls.ParseHeaderMode(m.String()); back != m {
+			t.Errorf("%v does not round-trip", m)
+		}
+	}
 }
 
 func TestIETFHeadersSingleLimit(t *testing.T) {
@@ -258,5 +283,40 @@ func TestResponseHeaderNames(t *testing.T) {
 	}
 	if want := "X-Quota-Limit: 1|RateLimit-Remaining: 0|X-Quota-Reset: 50"; strings.Join(got, "|") != want {
 		t.Fatalf("headers %q, want %q", strings.Join(got, "|"), want)
+	}
+}
+
+// TestEveryFieldTellsTheSameWait: a request that can never pass on a fixed
+// window (6 hits of 5 a minute) is told one wait everywhere, the time to
+// the window's end as duration_until_reset says it (the reference's rule):
+// Retry-After, the IETF and draft 03 resets, the legacy reset and the body.
+func TestEveryFieldTellsTheSameWait(t *testing.T) {
+	body, err := rls.ParseBodyTemplate(`{"retry_after":{{retry_after}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testutil.NewClock(base) // 10 s into a minute
+	store := memory.New(memory.WithClock(clock))
+	t.Cleanup(func() { store.Close() })
+	h := serve(t, observeYAML, rls.Options{Clock: clock, ResponseHeaders: rls.HeadersAll, OverLimitBody: body}, store, clock)
+	r, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "obs", HitsAddend: 6, Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "z")}})
+	if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("6 hits of 5: %v %v", r, err)
+	}
+	if d := r.Statuses[0].DurationUntilReset.AsDuration(); d != 50*time.Second {
+		t.Fatalf("duration_until_reset %v, want 50s (the window's end)", d)
+	}
+	got := headerMap(r)
+	_, name, _, reset, _ := parseFields(t, got)
+	if name != "per-user" || reset != 50 {
+		t.Errorf("RateLimit %q t=%d, want per-user t=50", name, reset)
+	}
+	for _, f := range []string{"Retry-After", "X-RateLimit-Reset", "RateLimit-Reset"} {
+		if got[f] != "50" {
+			t.Errorf("%s: %q, want 50", f, got[f])
+		}
+	}
+	if string(r.RawBody) != `{"retry_after":50}` {
+		t.Errorf("body %s", r.RawBody)
 	}
 }

@@ -1,7 +1,11 @@
 package rls
 
 import (
+	"context"
+	"errors"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/envoyrls/envoy-rls/internal/cardinality"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
 // MaxRuleSeries bounds the distinct rule labels that request values can
@@ -177,6 +182,90 @@ func (c *ruleCounters) limit(it *backend.Item, d *algorithms.Decision, nearRatio
 	}
 }
 
+// DefaultNearLimitRatio is the share of a limit's capacity past which
+// allowed hits also count as near_limit.
+const DefaultNearLimitRatio = 0.8
+
+// configSeries caches the metric series of one config's rules, domains
+// and descriptors, so that a request finds them without hashing label
+// values. SetConfig starts a new one, so it holds at most the config's.
+type configSeries struct {
+	rules     sync.Map // *descriptors.RateLimit -> *ruleCounters (rules without request values)
+	requests  sync.Map // *descriptors.Domain -> *series (envoy_rls_requests_total)
+	decisions sync.Map // *descriptors.Node -> *series (envoy_rls_limit_decisions_total)
+}
+
+// requestSeries returns the envoy_rls_requests_total series of dom, nil
+// for a domain the config does not define.
+func (s *Service) requestSeries(dom *descriptors.Domain) *series {
+	if dom == nil || s.opts.Metrics == nil {
+		return nil
+	}
+	return cachedSeries(&s.series.Load().requests, dom)
+}
+
+// decisionSeries returns the envoy_rls_limit_decisions_total series of the
+// descriptor of p, nil when it has no configured node.
+func (s *Service) decisionSeries(p *plan) *series {
+	if p.node == nil || p.override != nil || s.opts.Metrics == nil {
+		return nil
+	}
+	return cachedSeries(&s.series.Load().decisions, p.node)
+}
+
+func cachedSeries(m *sync.Map, key any) *series {
+	if v, ok := m.Load(key); ok {
+		return v.(*series)
+	}
+	v, _ := m.LoadOrStore(key, new(series))
+	return v.(*series)
+}
+
+// ruleCounters returns the metric series of limit l of plan p, whose rule
+// name is rule.
+func (s *Service) ruleCounters(m *Metrics, domain string, p *plan, l *descriptors.RateLimit, rule string) *ruleCounters {
+	label, detailed := s.metricRule(domain, p, l, rule)
+	if detailed || p.override != nil {
+		return m.counters(domain, label, detailed)
+	}
+	cache := s.series.Load()
+	if c, ok := cache.rules.Load(l); ok {
+		return c.(*ruleCounters)
+	}
+	c := m.counters(domain, label, false)
+	cache.rules.Store(l, c)
+	return c
+}
+
+// metricRule is the rule label of a limit: the rule name, with the request
+// values in place of the path where detailed_metric or value_to_metric ask
+// for them (bounded by the metrics' series cap).
+func (s *Service) metricRule(domain string, p *plan, l *descriptors.RateLimit, rule string) (string, bool) {
+	if p.node == nil || p.override != nil || l.Name != "" {
+		return rule, false
+	}
+	static := p.node.StatsKey(nil)
+	if p.statKey == "" || p.statKey == static {
+		return rule, false
+	}
+	name := strings.TrimPrefix(p.statKey, domain+".")
+	if suffix := strings.IndexByte(rule, '#'); suffix >= 0 {
+		name += rule[suffix:]
+	}
+	return name, true
+}
+
+// backendErrorKind classifies a store error for the metrics.
+func backendErrorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "error"
+}
+
 func (m *Metrics) backendCall(start time.Time) {
 	if m == nil {
 		return
@@ -203,7 +292,7 @@ func (m *Metrics) observerDrop() {
 // and kept: one atomic load per request instead of a vector's hash of the
 // label values and read lock. Made at first use, so that /metrics shows the
 // same series as without it. The service keeps them per configured domain
-// and descriptor (see ruleNames), so they hold no request values.
+// and descriptor (see configSeries), so they hold no request values.
 type series [8]atomic.Pointer[seriesCounter]
 
 type seriesCounter struct{ prometheus.Counter }
@@ -237,22 +326,22 @@ func requestCode(code string) int {
 	return -1
 }
 
-// request records a request of domain with its outcome code; cached, when
-// not nil, holds the domain's series.
-func (m *Metrics) request(domain, code string, start time.Time, cached *series) {
+// request records a request of domain with its outcome code, which took
+// took; cached, when not nil, holds the domain's series.
+func (m *Metrics) request(domain, code string, took time.Duration, cached *series) {
 	if m == nil {
 		return
 	}
-	took := time.Since(start).Seconds()
+	secs := took.Seconds()
 	if i := requestCode(code); cached != nil && i >= 0 {
 		cached.counter(i, m.requests, domain, code).Inc()
 	} else {
 		m.requests.WithLabelValues(domain, code).Inc()
 	}
-	m.latency.Observe(took)
+	m.latency.Observe(secs)
 	if r := m.ref; r != nil {
 		r.requestsShould.Inc()
-		r.timeShould.Observe(took)
+		r.timeShould.Observe(secs)
 		switch code {
 		case "invalid", "no_config":
 			r.errors.WithLabelValues("service_error").Inc()
@@ -348,10 +437,12 @@ func (m *Metrics) unmatchedDescriptor(domain string) {
 	m.unmatched.WithLabelValues(domain).Inc()
 }
 
-// StoreMetric is a metric of a store's own counters. The program that built
-// the store (cmd/envoy-rls) registers it with a function that reads the
-// counter, so that the metric is defined here, with every other metric of
-// envoy-rls, while this package links no store.
+// StoreMetric is a metric of a store's own counters, named here beside the
+// service's own metrics although this package links no store: the program
+// that built the store (cmd/envoy-rls) registers it with a function that
+// reads the counter. (cmd/envoy-rls still defines a few metrics inline:
+// some of the Redis store's, the split store's, and the listeners'
+// connections.)
 type StoreMetric struct {
 	Name, Help string
 	// Gauge makes it a gauge; it is a counter otherwise.

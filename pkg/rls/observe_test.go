@@ -207,8 +207,10 @@ func TestObserversRunOffTheDecisionPath(t *testing.T) {
 
 // BenchmarkShouldRateLimitTold is BenchmarkShouldRateLimit's hot key and
 // composite with what the service tells switched on: metrics (per rule, in
-// hits) and every header mode. Compare it with BenchmarkShouldRateLimit in
-// the same run.
+// hits) and every header mode; over_limit is a hot key denied, which adds
+// Retry-After and the denying rule in dynamic metadata. Compare it with
+// BenchmarkShouldRateLimit and BenchmarkShouldRateLimitDenied in the same
+// run.
 func BenchmarkShouldRateLimitTold(b *testing.B) {
 	cfg, err := descriptors.Parse("bench.yaml", []byte(benchYAML))
 	if err != nil {
@@ -217,14 +219,22 @@ func BenchmarkShouldRateLimitTold(b *testing.B) {
 	store := memory.New()
 	b.Cleanup(func() { store.Close() })
 	svc := rls.New(store, cfg, rls.Options{Metrics: rls.NewMetrics(prometheus.NewRegistry()), ResponseHeaders: rls.HeadersAll})
-	for _, bc := range []struct{ name, key string }{{"hot_key", "user"}, {"composite_3_limits", "api"}} {
+	for _, bc := range []struct {
+		name, key string
+		want      rlsv3.RateLimitResponse_Code
+	}{
+		{"hot_key", "user", rlsv3.RateLimitResponse_OK},
+		{"composite_3_limits", "api", rlsv3.RateLimitResponse_OK},
+		{"over_limit", "attacker", rlsv3.RateLimitResponse_OVER_LIMIT},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			req := benchRequests(bc.key, 1)[0]
 			ctx := context.Background()
+			svc.ShouldRateLimit(ctx, req) // the attacker's one request of the hour
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
-					b.Fatal(err)
+				if r, err := svc.ShouldRateLimit(ctx, req); err != nil || r.OverallCode != bc.want {
+					b.Fatal(r, err)
 				}
 			}
 		})

@@ -4,6 +4,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
 
 // Observer receives the decisions of a Service, for a Go program that
@@ -133,4 +138,27 @@ func (obs *observers) close() {
 	}
 	obs.mu.Unlock()
 	obs.wg.Wait()
+}
+
+// newEvent returns the observers' event of a request with n limits whose
+// Limits are to be filled (see limitEvent), nil when nothing observes.
+func (s *Service) newEvent(req *rlsv3.RateLimitRequest, known bool, code string, err error, now time.Time, unmatched, n int) *DecisionEvent {
+	if s.obs == nil {
+		return nil
+	}
+	e := &DecisionEvent{Time: now, Domain: req.Domain, Known: known, Code: code, Err: err, Unmatched: unmatched}
+	if n > 0 {
+		e.Limits = make([]LimitEvent, n)
+	}
+	return e
+}
+
+// limitEvent is an event's view of item it, of rule, decided as d (nil:
+// the store failed).
+func limitEvent(it *backend.Item, o *owner, rule string, d *algorithms.Decision) LimitEvent {
+	le := LimitEvent{Descriptor: o.desc, Rule: rule, Hits: it.Hits, Shadow: it.Mode == backend.Shadow, Quota: it.Mode == backend.Quota}
+	if d != nil {
+		le.Allowed, le.Remaining, le.RetryAfter = d.Allowed, d.Remaining, d.RetryAfter
+	}
+	return le
 }

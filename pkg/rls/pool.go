@@ -17,6 +17,8 @@ type scratch struct {
 	owners    []owner
 	decisions []algorithms.Decision
 	kb        keyBuilder
-	budgetEnd budgetEnd // why the last failed store call ran out of time
-	policies  []rlheaders.Policy
+	budgetEnd budgetEnd          // why the last failed store call ran out of time
+	policies  []rlheaders.Policy // the limits the quota fields describe
+	pk        []byte             // their partition keys
+	hdr       []byte             // the values of the response's header fields
 }

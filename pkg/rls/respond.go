@@ -1,9 +1,12 @@
 package rls
 
 import (
+	"context"
+	"log/slog"
 	"math"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -12,18 +15,38 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
 )
 
-// respond builds the response from the decisions.
-func (s *Service) respond(sc *scratch, req *rlsv3.RateLimitRequest, allowed bool) *rlsv3.RateLimitResponse {
+// answer builds the response of a decided request in one walk over its
+// items: each descriptor's status (its binding limit), the request's
+// binding limit (what the quota fields describe, and for a denial the rule
+// that fired and how long to wait), the fields and dynamic metadata they
+// make, the metrics of every limit and, when e is not nil, the observers'
+// view of every limit. allowed is the store's verdict; now is the call's
+// instant.
+func (s *Service) answer(ctx context.Context, sc *scratch, req *rlsv3.RateLimitRequest, allowed bool, now time.Time, e *DecisionEvent) *rlsv3.RateLimitResponse {
+	m := s.opts.Metrics
 	domain := req.Domain
-	a := newResponse(len(sc.plans))
+	overLimit := !allowed && !s.opts.ShadowMode
+	policies := s.opts.ResponseHeaders&(HeadersIETF|HeadersDraft03) != 0
+	legacy := s.opts.ResponseHeaders&HeadersLegacy != 0
+	a := newResponse(len(sc.plans), s.maxHeaders(overLimit))
 	resp := a.resp
-	if !allowed {
+	if overLimit {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	sc.policies = sc.policies[:0]
+	sc.pk = sc.pk[:0]
+	if policies && cap(sc.pk) < 8*len(sc.items) {
+		sc.pk = make([]byte, 0, 8*len(sc.items)) // room for every partition key
+	}
+	bind, bindPolicy := -1, -1 // the request's binding item (enforced and quota items), its index in sc.policies
+	var bindP rlheaders.Policy
+	bindDesc := -1 // the descriptor whose status binds (the legacy fields)
+	var bindDescP rlheaders.Policy
 	var meta *structpb.Struct
-	it := 0
+	k := 0
 	for i := range sc.plans {
 		p := &sc.plans[i]
 		st := resp.Statuses[i]
@@ -32,64 +55,118 @@ func (s *Service) respond(sc *scratch, req *rlsv3.RateLimitRequest, allowed bool
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		best, bestDenied := -1, false
-		for ; it < len(sc.items) && sc.owners[it].desc == i; it++ {
-			d := &sc.decisions[it]
-			enforcedDenial := !d.Allowed && sc.items[it].Mode != backend.Shadow
-			s.opts.Metrics.decision(domain, p, sc.items[it].Mode, d, sc.items[it].Hits, s.decisionSeries(p))
-			if enforcedDenial {
+		var series *series
+		if m != nil {
+			series = s.decisionSeries(p)
+		}
+		best := -1
+		var bestP rlheaders.Policy
+		for ; k < len(sc.items) && sc.owners[k].desc == i; k++ {
+			it, o, d := &sc.items[k], &sc.owners[k], &sc.decisions[k]
+			pol := rlheaders.Policy{
+				Quota:     it.Limit.Requests,
+				Window:    it.Limit.Window,
+				Remaining: d.Remaining,
+				Denied:    !d.Allowed && it.Mode != backend.Shadow, // an enforced denial
+			}
+			pol.Reset = s.wait(it, d, pol.Denied, now)
+			var rule string
+			if m != nil || e != nil || (policies && it.Mode != backend.Shadow) {
+				rule = s.ruleName(domain, p, o.limit)
+			}
+			if m != nil {
+				m.decision(domain, p, it.Mode, d, it.Hits, series)
+				s.ruleCounters(m, domain, p, o.limit, rule).limit(it, d, s.nearRatio, s.opts.ShadowMode)
+			}
+			if e != nil {
+				e.Limits[k] = limitEvent(it, o, rule, d)
+			}
+			if pol.Denied {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
-			if best < 0 || moreRestrictive(d, enforcedDenial, &sc.decisions[best], bestDenied) {
-				best, bestDenied = it, enforcedDenial
+			if best < 0 || rlheaders.Binds(&pol, &bestP) {
+				best, bestP = k, pol
+			}
+			if it.Mode == backend.Shadow {
+				continue // never binds the request, never told to the client
+			}
+			if bind < 0 || rlheaders.Binds(&pol, &bindP) {
+				bind, bindP, bindPolicy = k, pol, len(sc.policies)
+			}
+			if policies {
+				pol.Name = rule
+				pol.PartitionKey = sc.partitionKey(p, it.Partition)
+				sc.policies = append(sc.policies, pol)
 			}
 		}
-		if best < 0 {
-			continue // no limit applies: allowed
-		}
-		d := &sc.decisions[best]
-		st.CurrentLimit = a.limits[i]
-		fillLimit(st.CurrentLimit, sc.owners[best].limit)
-		st.LimitRemaining = clamp32(d.Remaining)
-		wait := d.ResetAfter
-		if bestDenied {
-			wait = d.RetryAfter
-			if wait == algorithms.Never {
-				// It can never pass as asked; tell the caller to back off
-				// for a whole window.
-				wait = sc.items[best].Limit.Window
+		if best >= 0 {
+			st.CurrentLimit = a.limits[i]
+			fillLimit(st.CurrentLimit, sc.owners[best].limit)
+			st.LimitRemaining = clamp32(bestP.Remaining)
+			st.DurationUntilReset = a.durations[i]
+			st.DurationUntilReset.Seconds = int64(bestP.Reset / time.Second)
+			st.DurationUntilReset.Nanos = int32(bestP.Reset % time.Second)
+			if legacy && (bindDesc < 0 || rlheaders.Binds(&bestP, &bindDescP)) {
+				bindDesc, bindDescP = i, bestP
 			}
 		}
-		if l := &sc.items[best].Limit; l.Algorithm == algorithms.FixedWindow {
-			// As the reference: the time to the end of the window, in every
-			// status (checked, uncharged, or never passing).
-			wait = s.windowEnd(d, bestDenied, l.Window)
+		// Passed: not over the limit, and not unlimited (as the reference).
+		if s.opts.ResponseDynamicMetadata && st.Code == rlsv3.RateLimitResponse_OK && p.node != nil && p.node.Metadata != nil {
+			meta = mergeMetadata(meta, p.node.Metadata)
 		}
-		st.DurationUntilReset = a.durations[i]
-		st.DurationUntilReset.Seconds = int64(wait / time.Second)
-		st.DurationUntilReset.Nanos = int32(wait % time.Second)
 	}
-	if s.opts.ResponseHeaders&HeadersLegacy != 0 {
-		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, s.legacyNames)
+
+	if bindDesc >= 0 {
+		s.legacyFields(&a, sc, resp.Statuses[bindDesc])
+	}
+	if len(sc.policies) > 0 {
+		s.quotaFields(&a, sc, bindPolicy)
 	}
 	if s.opts.ResponseDynamicMetadata {
-		for i := range sc.plans {
-			p := &sc.plans[i]
-			// Passed: not over the limit, and not unlimited (as the reference).
-			if !p.unlimited && resp.Statuses[i].Code == rlsv3.RateLimitResponse_OK && p.node != nil && p.node.Metadata != nil {
-				meta = mergeMetadata(meta, p.node.Metadata)
-			}
-		}
 		resp.DynamicMetadata = requestMetadata(req, meta)
 	}
+	if overLimit && bind >= 0 && bindP.Denied {
+		o := &sc.owners[bind]
+		rule := s.ruleName(domain, &sc.plans[o.desc], o.limit)
+		a.header(sc, rlheaders.RetryAfterField, rlheaders.AppendRetryAfter(sc.hdr, bindP.Reset))
+		resp.DynamicMetadata = denialMetadata(resp.DynamicMetadata, rule, domain, o.desc)
+		if s.opts.OverLimitBody != nil {
+			resp.RawBody = s.opts.OverLimitBody.Render(BodyValues{Rule: rule, Domain: domain, DescriptorIndex: o.desc, RetryAfter: rlheaders.RetryAfterSeconds(bindP.Reset)})
+			a.header(sc, "Content-Type", append(sc.hdr, "application/json"...))
+		}
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.log.DebugContext(ctx, "over limit", "domain", domain, "rule", rule, "descriptor_index", o.desc, "retry_after", bindP.Reset)
+		}
+	}
+	a.attachHeaders(sc)
 	return resp
+}
+
+// wait is how long a limit's decision d tells the caller to wait: for an
+// enforced denial (denied), the time until the same request could pass, a
+// whole window when it never can; else the time until the limit is fresh
+// again. For a fixed window it is, as the reference says, the time to the
+// window's end whatever the status.
+func (s *Service) wait(it *backend.Item, d *algorithms.Decision, denied bool, now time.Time) time.Duration {
+	l := &it.Limit
+	if l.Algorithm == algorithms.FixedWindow {
+		return s.windowEnd(d, denied, l.Window, now)
+	}
+	if !denied {
+		return d.ResetAfter
+	}
+	if d.RetryAfter == algorithms.Never {
+		return l.Window
+	}
+	return d.RetryAfter
 }
 
 // windowEnd is the time to the end of a fixed window of length w, for the
 // decision d: from the decision when it says (a denial that can pass later
 // waits exactly that long; a window with hits resets then), else from the
-// service's clock (epoch-aligned, as the algorithm counts).
-func (s *Service) windowEnd(d *algorithms.Decision, denied bool, w time.Duration) time.Duration {
+// call's instant now (epoch-aligned, as the algorithm counts; see
+// windowTime).
+func (s *Service) windowEnd(d *algorithms.Decision, denied bool, w time.Duration, now time.Time) time.Duration {
 	switch {
 	case denied && d.RetryAfter > 0 && d.RetryAfter != algorithms.Never:
 		return d.RetryAfter
@@ -100,70 +177,26 @@ func (s *Service) windowEnd(d *algorithms.Decision, denied bool, w time.Duration
 	if us < 1 {
 		return w
 	}
-	now := s.opts.Clock.Now().UnixMicro()
-	return time.Duration(us-now%us) * time.Microsecond
+	t := s.windowTime(now).UnixMicro()
+	return time.Duration(us-t%us) * time.Microsecond
 }
 
-// requestMetadata is the reference's dynamic metadata: the domain, the
-// descriptors, the request's hits_addend when set, and the merged metadata
-// of the passed descriptors when there is any.
-func requestMetadata(req *rlsv3.RateLimitRequest, meta *structpb.Struct) *structpb.Struct {
-	descs := make([]*structpb.Value, 0, len(req.Descriptors))
-	for _, d := range req.Descriptors {
-		if d == nil {
-			continue
-		}
-		entries := make([]*structpb.Value, len(d.Entries))
-		for i, e := range d.Entries {
-			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
-		}
-		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
-		if d.Limit != nil {
-			f["limit"] = structpb.NewStringValue(d.Limit.String())
-		}
-		if h := d.GetHitsAddend(); h != nil {
-			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
-		}
-		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+// windowTime is the instant that places now in the fixed windows: now in
+// the frame of the service's start (the wall clock then, advanced by the
+// monotonic clock since, as the memory store's clock is), so that a step of
+// the wall clock does not move it; or the time of Options.Clock when one is
+// set.
+func (s *Service) windowTime(now time.Time) time.Time {
+	if s.opts.Clock != nil {
+		return s.opts.Clock.Now()
 	}
-	fields := map[string]*structpb.Value{
-		"domain":      structpb.NewStringValue(req.Domain),
-		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
-	}
-	if req.HitsAddend != 0 {
-		fields["hitsAddend"] = structpb.NewNumberValue(float64(req.HitsAddend))
-	}
-	if len(meta.GetFields()) > 0 {
-		fields["metadata"] = structpb.NewStructValue(meta)
-	}
-	return &structpb.Struct{Fields: fields}
-}
-
-// mergeMetadata merges src into dst, as the reference server does: keys
-// already in dst win, except that two mappings under one key merge the same
-// way. dst is a fresh copy where it changes, never the config's own value.
-func mergeMetadata(dst, src *structpb.Struct) *structpb.Struct {
-	if dst == nil {
-		dst = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-	}
-	for k, v := range src.Fields {
-		have, ok := dst.Fields[k]
-		if !ok {
-			dst.Fields[k] = v
-			continue
-		}
-		if hs, vs := have.GetStructValue(), v.GetStructValue(); hs != nil && vs != nil {
-			merged := mergeMetadata(nil, hs) // copy: hs may be the config's
-			dst.Fields[k] = structpb.NewStructValue(mergeMetadata(merged, vs))
-		}
-	}
-	return dst
+	return s.started.Add(now.Sub(s.started))
 }
 
 // failOpenResponse answers OK for every descriptor when the store failed and
 // the failure mode is allow: the limits are named, nothing else is known.
 func failOpenResponse(sc *scratch) *rlsv3.RateLimitResponse {
-	a := newResponse(len(sc.plans))
+	a := newResponse(len(sc.plans), 0)
 	for i := range sc.plans {
 		if sc.plans[i].unlimited {
 			a.resp.Statuses[i].LimitRemaining = math.MaxUint32 // as when the store answers
@@ -183,13 +216,40 @@ func failOpenResponse(sc *scratch) *rlsv3.RateLimitResponse {
 // costs more to zero and scan than the allocations it saves.
 const inlineStatuses = 1
 
+// maxHeaders is the most header fields a response adds: three legacy
+// ones, two IETF ones, three of draft 03, Retry-After and Content-Type.
+const maxHeaders = 10
+
+// maxHeaders is the most header fields the options let a response add,
+// over the limit or not.
+func (s *Service) maxHeaders(overLimit bool) int {
+	n := 0
+	if s.opts.ResponseHeaders&HeadersLegacy != 0 {
+		n += 3
+	}
+	if s.opts.ResponseHeaders&HeadersIETF != 0 {
+		n += 2
+	}
+	if s.opts.ResponseHeaders&HeadersDraft03 != 0 {
+		n += 3
+	}
+	if overLimit {
+		n += 2
+	}
+	return n
+}
+
 // response is a response with room for its statuses, their current limits
-// and their durations, allocated together: one allocation instead of four
-// per descriptor. Parts a response does not use stay unreferenced.
+// and their durations, and for the header fields it may add: allocated
+// together, one allocation instead of several per descriptor and per field.
+// Parts a response does not use stay unreferenced.
 type response struct {
 	resp      *rlsv3.RateLimitResponse
 	limits    []*rlsv3.RateLimitResponse_RateLimit
 	durations []*durationpb.Duration
+	headerPtr []*corev3.HeaderValue // len: the fields added
+	fields    []corev3.HeaderValue  // room for them
+	values    [maxHeaders][2]int    // each field's value, as offsets in the scratch's hdr
 }
 
 type responseArena struct {
@@ -202,11 +262,37 @@ type responseArena struct {
 	durations [inlineStatuses]durationpb.Duration
 }
 
+// deniedArena is a responseArena with room for the fields of a denial
+// without quota fields (Retry-After, Content-Type), toldArena for any.
+type deniedArena struct {
+	responseArena
+	ptr    [2]*corev3.HeaderValue
+	fields [2]corev3.HeaderValue
+}
+
+type toldArena struct {
+	responseArena
+	ptr    [maxHeaders]*corev3.HeaderValue
+	fields [maxHeaders]corev3.HeaderValue
+}
+
 // newResponse returns an OK response with n OK statuses, and n current
-// limits and durations ready to be filled and attached.
-func newResponse(n int) response {
+// limits and durations ready to be filled and attached, with room for
+// headers header fields.
+func newResponse(n, headers int) response {
+	var r response
 	if n <= inlineStatuses {
-		a := new(responseArena)
+		var a *responseArena
+		switch {
+		case headers == 0:
+			a = new(responseArena)
+		case headers <= 2:
+			t := new(deniedArena)
+			a, r.headerPtr, r.fields = &t.responseArena, t.ptr[:0], t.fields[:]
+		default:
+			t := new(toldArena)
+			a, r.headerPtr, r.fields = &t.responseArena, t.ptr[:0], t.fields[:]
+		}
 		for i := 0; i < n; i++ {
 			a.statuses[i].Code = rlsv3.RateLimitResponse_OK
 			a.statusPtr[i] = &a.statuses[i]
@@ -215,15 +301,17 @@ func newResponse(n int) response {
 		}
 		a.resp.OverallCode = rlsv3.RateLimitResponse_OK
 		a.resp.Statuses = a.statusPtr[:n:n]
-		return response{resp: &a.resp, limits: a.limitPtr[:n], durations: a.durPtr[:n]}
+		r.resp, r.limits, r.durations = &a.resp, a.limitPtr[:n], a.durPtr[:n]
+		return r
 	}
 	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
 	limits := make([]rlsv3.RateLimitResponse_RateLimit, n)
 	durations := make([]durationpb.Duration, n)
-	r := response{
-		resp:      &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)},
-		limits:    make([]*rlsv3.RateLimitResponse_RateLimit, n),
-		durations: make([]*durationpb.Duration, n),
+	r.resp = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	r.limits = make([]*rlsv3.RateLimitResponse_RateLimit, n)
+	r.durations = make([]*durationpb.Duration, n)
+	if headers > 0 {
+		r.headerPtr, r.fields = make([]*corev3.HeaderValue, 0, headers), make([]corev3.HeaderValue, headers)
 	}
 	for i := 0; i < n; i++ {
 		statuses[i].Code = rlsv3.RateLimitResponse_OK
@@ -232,6 +320,31 @@ func newResponse(n int) response {
 		r.durations[i] = &durations[i]
 	}
 	return r
+}
+
+// header adds a field named key whose value is what value appended to
+// sc.hdr (value is sc.hdr with the value appended: see attachHeaders).
+func (r *response) header(sc *scratch, key string, value []byte) {
+	i := len(r.headerPtr)
+	r.values[i] = [2]int{len(sc.hdr), len(value)}
+	r.fields[i].Key = key
+	r.headerPtr = append(r.headerPtr, &r.fields[i])
+	sc.hdr = value
+}
+
+// attachHeaders sets the fields' values, all in one string made of sc.hdr,
+// and attaches the fields to the response in the order they were added.
+func (r *response) attachHeaders(sc *scratch) {
+	n := len(r.headerPtr)
+	if n == 0 {
+		return
+	}
+	all := string(sc.hdr)
+	for i := 0; i < n; i++ {
+		r.fields[i].Value = all[r.values[i][0]:r.values[i][1]]
+	}
+	r.resp.ResponseHeadersToAdd = r.headerPtr[:n:n]
+	sc.hdr = sc.hdr[:0]
 }
 
 var protoUnits = []struct {

@@ -117,11 +117,13 @@ type Options struct {
 	// descriptor wins on conflicts, nested mappings merge). Off: no dynamic
 	// metadata.
 	ResponseDynamicMetadata bool
-	// Clock tells the time to the end of a fixed window when no decision
-	// says it (a check of an empty window, a limit of 0, a request that can
-	// never pass). The default is the wall clock, which is also the memory
-	// store's; with Redis the windows follow Redis's TIME, which may differ
-	// from it by the clocks' skew.
+	// Clock, when set, tells the time to the end of a fixed window when no
+	// decision says it (a check of an empty window, a limit of 0, a request
+	// that can never pass), read when such a window is answered. By default
+	// that time is the call's own instant, on the wall clock as of New
+	// advanced by the monotonic clock (as the memory store's clock is);
+	// with Redis the windows follow Redis's TIME, which may differ from it
+	// by the clocks' skew.
 	Clock backend.Clock
 	// ResponseHeaders selects the quota fields added to every response
 	// with a limit (see HeaderMode). Retry-After is added to every
@@ -178,9 +180,11 @@ type Service struct {
 	pool        sync.Pool
 
 	rules     atomic.Pointer[ruleNames]
+	series    atomic.Pointer[configSeries]
 	nearRatio float64
 	prop      propagation.TextMapPropagator
 	obs       *observers
+	started   time.Time // when New ran: the frame of windowTime
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -188,7 +192,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // New returns a Service deciding with store under config cfg (which may be
 // nil: every descriptor is then allowed until SetConfig).
 func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
-	s := &Service{store: backend.ByDeadline(store), opts: opts, log: opts.Logger}
+	s := &Service{store: backend.ByDeadline(store), opts: opts, log: opts.Logger, started: time.Now()}
 	s.legacyNames = opts.LegacyHeaderNames.OrDefault()
 	if s.log == nil {
 		s.log = slog.Default()
@@ -199,11 +203,9 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	s.fails = newFailureLog(s.log, s.opts.LogInterval, s.opts.FailureMode, s.opts.BackendTimeout)
 	s.unknown = newSampleLog(s.log, "unknown domain: allowed without limits", time.Second)
 	s.unmatched = newSampleLog(s.log, "descriptor matches no rule: allowed without limit", time.Second)
-	if s.opts.Clock == nil {
-		s.opts.Clock = backend.MonotonicClock()
-	}
 	s.config.Store(cfg)
 	s.rules.Store(new(ruleNames))
+	s.series.Store(new(configSeries))
 	s.pool.New = func() any { return new(scratch) }
 	s.nearRatio = s.opts.NearLimitRatio
 	if s.nearRatio <= 0 || s.nearRatio > 1 {
@@ -239,14 +241,18 @@ func (s *Service) ObserverDropped() uint64 {
 func (s *Service) SetConfig(cfg *descriptors.Config) {
 	s.config.Store(cfg)
 	s.rules.Store(new(ruleNames))
+	s.series.Store(new(configSeries))
 }
 
 // Config returns the config in use.
 func (s *Service) Config() *descriptors.Config { return s.config.Load() }
 
-// ShouldRateLimit decides one request.
+// ShouldRateLimit decides one request. It reads the clock once, at the
+// start: everything it computes takes that instant (the store's budget, the
+// time to a window's end, the observers' event); only the metrics and the
+// observers measure how long the call and its store call took.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
-	start := time.Now()
+	now := time.Now()
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.inflight(1)
 		defer s.opts.Metrics.inflight(-1)
@@ -258,7 +264,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if err := validate(req); err != nil {
 		// Not the request's domain: it may be anything, of any length.
-		s.opts.Metrics.request("", "invalid", start, nil)
+		s.done("", "invalid", now, nil, nil)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sc := s.pool.Get().(*scratch)
@@ -269,7 +275,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		// Started without a config (config over xDS with
 		// --force-start-without-initial-config): answer as the reference
 		// server does until the first one arrives.
-		s.opts.Metrics.request("", "no_config", start, nil)
+		s.done("", "no_config", now, nil, nil)
 		return nil, status.Error(codes.Unknown, "no rate limit configuration loaded")
 	}
 	dom := cfg.Domain(req.Domain)
@@ -284,9 +290,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.unknown.event(ctx, func() []any { return []any{"domain", clip(req.Domain, 2*logFieldBytes)} })
 	}
 	s.plan(sc, dom, req)
-	if dom != nil {
-		for i := range sc.plans {
-			if p := &sc.plans[i]; p.node == nil && p.override == nil {
+	unmatched := 0 // for the observers; counted and logged in configured domains
+	for i := range sc.plans {
+		if p := &sc.plans[i]; p.node == nil && p.override == nil {
+			unmatched++
+			if dom != nil {
 				s.opts.Metrics.unmatchedDescriptor(label)
 				s.unmatched.event(ctx, func() []any {
 					return []any{"domain", label, "descriptor", describeDescriptor(req.Descriptors[i])}
@@ -299,43 +307,59 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	allowed := true
 	if len(sc.items) > 0 {
 		var err error
-		allowed, err = s.apply(ctx, sc)
+		allowed, err = s.apply(ctx, sc, now)
 		if err != nil {
 			s.opts.Metrics.backendError(err)
 			s.fails.failure(ctx, err, sc.budgetEnd)
+			code := "failed_open"
 			if s.opts.FailureMode != FailOpen {
-				s.opts.Metrics.request(label, "unavailable", start, s.requestSeries(dom))
-				if s.obs != nil {
-					s.obs.publish(s.event(sc, req, dom != nil, "unavailable", err, start))
-				}
-				return nil, status.Error(codes.Unavailable, "rate limit backend unavailable: "+err.Error())
+				code = "unavailable"
 			}
-			s.opts.Metrics.request(label, "failed_open", start, s.requestSeries(dom))
-			if s.obs != nil {
-				s.obs.publish(s.event(sc, req, dom != nil, "failed_open", err, start))
+			e := s.newEvent(req, dom != nil, code, err, now, unmatched, len(sc.items))
+			if e != nil {
+				for k := range sc.items {
+					o := &sc.owners[k]
+					e.Limits[k] = limitEvent(&sc.items[k], o, s.ruleName(req.Domain, &sc.plans[o.desc], o.limit), nil)
+				}
+			}
+			s.done(label, code, now, s.requestSeries(dom), e)
+			if s.opts.FailureMode != FailOpen {
+				return nil, status.Error(codes.Unavailable, "rate limit backend unavailable: "+err.Error())
 			}
 			return failOpenResponse(sc), nil
 		}
 		s.fails.success()
 	}
-	resp = s.respond(sc, req, allowed)
 	code := "ok"
 	if !allowed {
 		code = "over_limit"
 		if s.opts.ShadowMode {
 			code = "shadow_over_limit"
-			resp.OverallCode = rlsv3.RateLimitResponse_OK
 		}
 	}
-	s.tell(ctx, sc, req, resp, allowed)
-	s.opts.Metrics.request(label, code, start, s.requestSeries(dom))
-	if s.obs != nil {
-		s.obs.publish(s.event(sc, req, dom != nil, code, nil, start))
-	}
+	e := s.newEvent(req, dom != nil, code, nil, now, unmatched, len(sc.items))
+	resp = s.answer(ctx, sc, req, allowed, now, e)
+	s.done(label, code, now, s.requestSeries(dom), e)
 	return resp, nil
 }
 
-func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err error) {
+// done records the end of a call that started at now: its outcome code in
+// the metrics (domain's series cached in cached, when not nil), and the
+// observers' event e when not nil.
+func (s *Service) done(label, code string, now time.Time, cached *series, e *DecisionEvent) {
+	if s.opts.Metrics == nil && e == nil {
+		return
+	}
+	took := time.Since(now)
+	s.opts.Metrics.request(label, code, took, cached)
+	if e != nil {
+		e.Duration = took
+		s.obs.publish(e)
+	}
+}
+
+// apply decides sc.items on the store, within the call's budget.
+func (s *Service) apply(ctx context.Context, sc *scratch, now time.Time) (allowed bool, err error) {
 	if s.opts.Tracer != nil {
 		var span trace.Span
 		ctx, span = s.opts.Tracer.Start(ctx, "backend.Apply", trace.WithSpanKind(trace.SpanKindClient),
@@ -351,7 +375,7 @@ func (s *Service) apply(ctx context.Context, sc *scratch) (allowed bool, err err
 	if s.opts.Metrics != nil {
 		defer s.opts.Metrics.backendCall(time.Now())
 	}
-	until := s.budget(ctx)
+	until := s.budget(ctx, now)
 	sc.prepareDecisions()
 	allowed, err = s.store.ApplyBy(ctx, until, sc.items, sc.decisions)
 	if err != nil {

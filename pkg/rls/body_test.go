@@ -2,29 +2,8 @@ package rls
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 )
-
-func TestParseHeaderMode(t *testing.T) {
-	for in, want := range map[string]HeaderMode{
-		"off": HeadersOff, "false": HeadersOff, "true": HeadersLegacy, "legacy": HeadersLegacy,
-		"ietf": HeadersIETF, "IETF": HeadersIETF, "draft03": HeadersDraft03, "all": HeadersAll,
-	} {
-		got, err := ParseHeaderMode(in)
-		if err != nil || got != want {
-			t.Errorf("ParseHeaderMode(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	if _, err := ParseHeaderMode("draft04"); err == nil || !strings.Contains(err.Error(), "want off, ietf, draft03, legacy or all") {
-		t.Errorf("bad mode: %v", err)
-	}
-	for _, m := range []HeaderMode{HeadersOff, HeadersLegacy, HeadersIETF, HeadersDraft03, HeadersAll} {
-		if back, _ := ParseHeaderMode(m.String()); back != m {
-			t.Errorf("%v does not round-trip", m)
-		}
-	}
-}
 
 func TestBodyTemplate(t *testing.T) {
 	tpl, err := ParseBodyTemplate(`{"error":"rate_limited","rule":"{{rule}}","domain":"{{ domain }}","descriptor":{{descriptor_index}},"retry_after":{{retry_after}}}`)
