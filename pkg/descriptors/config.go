@@ -202,6 +202,25 @@ func (d *Domain) Match(entries []Entry, path []*Node) []*Node {
 	return path
 }
 
+// pick returns the node of the group that value v selects: the node with
+// exactly v, else the first wildcard node whose pattern matches v, else the
+// key-only node; nil when there is none (or g is nil). Match has the same
+// steps inline, on the request path.
+func (g *keyGroup) pick(v string) *Node {
+	if g == nil {
+		return nil
+	}
+	if n := g.exact[v]; n != nil {
+		return n
+	}
+	for _, w := range g.wild {
+		if w.pattern.match(v) {
+			return w
+		}
+	}
+	return g.def
+}
+
 // CounterValue returns the value that identifies the counter of a request
 // whose entry at n's level has value v: the pattern when n shares one
 // counter among all matching values (share_threshold), otherwise v.

@@ -46,6 +46,11 @@ type Options struct {
 	// defined (skipped; the reference reads only the first document of a
 	// file, envoy-rls all of them).
 	Lenient bool
+	// OrderFree also refuses a configuration in which one quota bucket
+	// (an RLQS BucketId, which has no key order) could select two
+	// descriptors, at least one with limits, by walking their keys in
+	// different orders (see CheckOrderFree and Domain.MatchBucket).
+	OrderFree bool
 }
 
 // Load reads the configuration at path with the zero Options: one YAML file,
@@ -211,6 +216,9 @@ func build(domains []*Domain, errs, warns Errors, o Options) (*Config, error) {
 		} else {
 			errs = append(errs, es...)
 		}
+	}
+	if len(errs) == 0 && o.OrderFree {
+		errs = CheckOrderFree(c)
 	}
 	if len(errs) > 0 {
 		return nil, errs
