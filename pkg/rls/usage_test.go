@@ -200,3 +200,38 @@ func TestQuotaModeAccountsWhateverTheDefault(t *testing.T) {
 		t.Fatalf("check after 5 of 2 charged to a quota_mode descriptor: %v", r)
 	}
 }
+
+// TestUsageAccountingCompositeAndTier: a cost given on the descriptor is
+// counted on every limit of a composite or a tier, past the one it does
+// not fit, and a check then denies on that one.
+func TestUsageAccountingCompositeAndTier(t *testing.T) {
+	const yaml = `
+domain: c
+tiers:
+  llm:
+    - {unit: hour, requests_per_unit: 100}
+    - {window: 10m, requests_per_unit: 5}
+descriptors:
+  - key: composite
+    rate_limits:
+      - {unit: hour, requests_per_unit: 100}
+      - {window: 10m, requests_per_unit: 5}
+  - key: tiered
+    tier: llm
+`
+	for _, key := range []string{"composite", "tiered"} {
+		h := start(t, yaml, rls.Options{})
+		h.call(t, "c", withHits(desc(key, "x"), 8))
+		if n := used(t, h, true, "c", key, "x"); n != 8 {
+			t.Fatalf("%s: the hour limit counted %d of a cost of 8, want 8", key, n)
+		}
+		r := h.call(t, "c", withHits(desc(key, "x"), 0))
+		if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+			t.Fatalf("%s: check after 8 of the 10-minute limit's 5: %v", key, r)
+		}
+		h.clock.Advance(10 * time.Minute)
+		if r := h.call(t, "c", withHits(desc(key, "x"), 0)); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 5 {
+			t.Fatalf("%s: check once the 10-minute window is over: %v", key, r)
+		}
+	}
+}

@@ -155,7 +155,7 @@ func randomLimits(rng *rand.Rand, k algorithms.Kind, mixed bool, n int) map[stri
 
 // randomItems returns a request of 1 to 4 items (sometimes up to 40) on the
 // keys of limits, with repeated keys, every mode, two quota groups and
-// usage accounting.
+// usage accounting, sometimes of more hits than any limit holds.
 func randomItems(rng *rand.Rand, limits map[string]algorithms.Limit) []backend.Item {
 	n := 1 + rng.IntN(4)
 	if rng.IntN(20) == 0 {
@@ -164,7 +164,13 @@ func randomItems(rng *rand.Rand, limits map[string]algorithms.Limit) []backend.I
 	items := make([]backend.Item, n)
 	for i := range items {
 		k := fmt.Sprintf("k%d", rng.IntN(len(limits)))
-		items[i] = backend.Item{Key: k, Limit: limits[k], Hits: uint64(rng.IntN(5)), Mode: backend.Mode(rng.IntN(3)), Group: rng.IntN(2), Account: rng.IntN(4) == 0}
+		hits := uint64(rng.IntN(5))
+		if rng.IntN(10) == 0 {
+			// Past capacity and past a bucket's debt cap
+			// (algorithms.MaxDebt), for accounting.
+			hits = uint64(10 + rng.IntN(50))
+		}
+		items[i] = backend.Item{Key: k, Limit: limits[k], Hits: hits, Mode: backend.Mode(rng.IntN(3)), Group: rng.IntN(2), Account: rng.IntN(4) == 0}
 	}
 	return items
 }
