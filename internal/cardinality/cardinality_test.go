@@ -115,3 +115,35 @@ func TestShortenBoundsLengthAndIsStable(t *testing.T) {
 		t.Errorf("Shorten(é x 100, 64) = %q (%d bytes), want valid UTF-8 within 64", s, len(s))
 	}
 }
+
+// Values that are not UTF-8 become valid labels Prometheus accepts, within
+// the bound, one series each; valid ones are as Shorten leaves them.
+func TestLabelOfInvalidUTF8(t *testing.T) {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t"}, []string{"l"})
+	seen := map[string]string{}
+	for _, v := range []string{
+		"\xff", "\xfe", "a\xff", `a\xff`, "\xed\xa0\x80", strings.Repeat("\xff", 4000), strings.Repeat("\xff", 4000) + "x",
+		strings.Repeat("é", 100) + "\xff", "ok", strings.Repeat("a", 4000),
+	} {
+		l := Label(v, MaxValueBytes)
+		if !utf8.ValidString(l) || len(l) > MaxValueBytes {
+			t.Errorf("Label(%q) = %q (%d bytes): want valid UTF-8 within %d", v, l, len(l), MaxValueBytes)
+		}
+		if _, err := vec.GetMetricWithLabelValues(l); err != nil {
+			t.Errorf("Label(%q) = %q: %v", v, l, err)
+		}
+		if utf8.ValidString(v) && l != Shorten(v, MaxValueBytes) {
+			t.Errorf("Label(%q) = %q, want Shorten's %q", v, l, Shorten(v, MaxValueBytes))
+		}
+		if other, dup := seen[l]; dup {
+			t.Errorf("%q and %q share the label %q", other, v, l)
+		}
+		seen[l] = v
+		if again := Label(v, MaxValueBytes); again != l {
+			t.Errorf("not stable: %q then %q", l, again)
+		}
+	}
+	if got := Label("a\xffb", MaxValueBytes); !strings.HasPrefix(got, `a\xffb~`) {
+		t.Errorf("Label(a 0xff b) = %q, want the escaped value first", got)
+	}
+}

@@ -3,6 +3,8 @@ package rls
 import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/envoyrls/envoy-rls/internal/textsafe"
 )
 
 // MetadataKey is the key of dynamic_metadata under which an OVER_LIMIT
@@ -14,7 +16,8 @@ const MetadataKey = "envoy_rls"
 
 // requestMetadata is the reference's dynamic metadata: the domain, the
 // descriptors, the request's hits_addend when set, and the merged metadata
-// of the passed descriptors when there is any.
+// of the passed descriptors when there is any. Bytes of the domain, keys
+// and values that are not valid UTF-8 appear as \xNN (textsafe.Escape).
 func requestMetadata(req *rlsv3.RateLimitRequest, meta *structpb.Struct) *structpb.Struct {
 	descs := make([]*structpb.Value, 0, len(req.Descriptors))
 	for _, d := range req.Descriptors {
@@ -23,7 +26,8 @@ func requestMetadata(req *rlsv3.RateLimitRequest, meta *structpb.Struct) *struct
 		}
 		entries := make([]*structpb.Value, len(d.Entries))
 		for i, e := range d.Entries {
-			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+			// Request bytes: structpb strings must be valid UTF-8.
+			entries[i] = structpb.NewStringValue(textsafe.Escape(e.GetKey()) + "=" + textsafe.Escape(e.GetValue()))
 		}
 		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
 		if d.Limit != nil {
@@ -35,7 +39,7 @@ func requestMetadata(req *rlsv3.RateLimitRequest, meta *structpb.Struct) *struct
 		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
 	}
 	fields := map[string]*structpb.Value{
-		"domain":      structpb.NewStringValue(req.Domain),
+		"domain":      structpb.NewStringValue(textsafe.Escape(req.Domain)),
 		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
 	}
 	if req.HitsAddend != 0 {

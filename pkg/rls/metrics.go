@@ -42,6 +42,7 @@ type Metrics struct {
 	configOK, configTime                                 prometheus.Gauge
 	configWarnings                                       prometheus.Gauge
 	observerDropped                                      prometheus.Counter
+	invalidUTF8                                          prometheus.Counter
 }
 
 // NewMetrics registers the service's metrics with reg.
@@ -112,6 +113,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "envoy_rls_observer_events_dropped_total",
 		Help: "Decision events dropped because an observer's queue was full.",
 	})
+	m.invalidUTF8 = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "envoy_rls_requests_invalid_utf8_total",
+		Help: "gRPC requests whose domain or descriptor keys or values hold bytes that are not valid UTF-8 (a header Envoy copied as it came). They are decided on their bytes like any other; labels, logs, traces and dynamic metadata show such bytes as \\xNN.",
+	})
 	overflow := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name:        "envoy_rls_metric_label_overflow_total",
 		Help:        "Observations counted under the __overflow__ label value because the metric's series cap was reached.",
@@ -125,7 +130,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(decisionOverflow)
 	reg.MustRegister(m.requests, m.latency, m.decisions, m.backendErrors, m.configLoads,
 		m.ruleHits, m.ruleWithin, m.ruleOver, m.ruleNear, m.ruleShadow, m.backendLatency,
-		m.inFlight, m.configOK, m.configTime, m.configWarnings, m.observerDropped, overflow, m.unknown, m.unmatched)
+		m.inFlight, m.configOK, m.configTime, m.configWarnings, m.observerDropped, overflow, m.unknown, m.unmatched,
+		m.invalidUTF8)
 	return m
 }
 
@@ -144,11 +150,12 @@ func RegisterBuildInfo(reg prometheus.Registerer, version string) {
 type ruleCounters struct{ hits, within, over, near, shadow prometheus.Counter }
 
 // counters returns the series of rule label in domain, creating them (at 0)
-// when new. detailed labels hold request values: they are shortened to
-// cardinality.MaxValueBytes and go through the series cap first.
+// when new. detailed labels hold request values: they are made valid
+// UTF-8 and shortened to cardinality.MaxValueBytes (cardinality.Label) and
+// go through the series cap first.
 func (m *Metrics) counters(domain, label string, detailed bool) *ruleCounters {
 	if detailed {
-		label = m.ruleCap.Value(domain + "\x00" + cardinality.Shorten(label, cardinality.MaxValueBytes))
+		label = m.ruleCap.Value(domain + "\x00" + cardinality.Label(label, cardinality.MaxValueBytes))
 		if label != cardinality.Overflow {
 			label = label[len(domain)+len("\x00"):]
 		}
@@ -375,8 +382,8 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 	key := p.statKey
 	if p.node != nil && key != p.node.StatsKey(nil) {
 		// The stats key holds request values (detailed_metric,
-		// value_to_metric): bounded as the rule labels are.
-		key = m.decisionCap.Value(cardinality.Shorten(key, cardinality.MaxValueBytes))
+		// value_to_metric): made valid and bounded as the rule labels are.
+		key = m.decisionCap.Value(cardinality.Label(key, cardinality.MaxValueBytes))
 		cached = nil
 	}
 	if cached != nil {
@@ -421,6 +428,15 @@ func (m *Metrics) ConfigWarnings(n int) {
 		return
 	}
 	m.configWarnings.Set(float64(n))
+}
+
+// InvalidUTF8 counts a request holding bytes that are not valid UTF-8
+// (the gRPC codec calls it; see internal/grpccodec).
+func (m *Metrics) InvalidUTF8() {
+	if m == nil {
+		return
+	}
+	m.invalidUTF8.Inc()
 }
 
 func (m *Metrics) unknownDomain() {

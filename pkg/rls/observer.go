@@ -33,7 +33,8 @@ type DecisionEvent struct {
 	Time     time.Time
 	Duration time.Duration
 	// Domain is the request's domain; Known reports whether the config
-	// defines it.
+	// defines it. It is the request's bytes, which need not be valid
+	// UTF-8 (see internal/textsafe to show them).
 	Domain string
 	Known  bool
 	// Code is "ok", "over_limit", "shadow_over_limit" (global shadow mode),

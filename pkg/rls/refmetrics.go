@@ -99,8 +99,9 @@ func (r *referenceMetrics) newSeries(l [3]string) *refSeries {
 
 // seriesOf returns the counters of a stats key, made once per key. Keys past
 // MaxReferenceKeys share their domain's overflow series. Request values
-// enter stats keys, so the key is held, and each label exported, shortened
-// to cardinality.MaxValueBytes.
+// enter stats keys, so the key is held shortened to
+// cardinality.MaxValueBytes, and each label exported made valid UTF-8 and
+// shortened (cardinality.Label).
 func (r *referenceMetrics) seriesOf(statsKey string) *refSeries {
 	key := cardinality.Shorten(statsKey, cardinality.MaxValueBytes)
 	if v, ok := r.labels.Load(key); ok {
@@ -108,7 +109,7 @@ func (r *referenceMetrics) seriesOf(statsKey string) *refSeries {
 	}
 	l := referenceLabels(statsKey)
 	for i := range l {
-		l[i] = cardinality.Shorten(l[i], cardinality.MaxValueBytes)
+		l[i] = cardinality.Label(l[i], cardinality.MaxValueBytes)
 	}
 	if r.keys.Value(key) == cardinality.Overflow {
 		// Made once per domain: past the cap every new key of a flood

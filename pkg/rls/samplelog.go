@@ -8,6 +8,8 @@ import (
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/envoyrls/envoy-rls/internal/textsafe"
 )
 
 // sampleLog writes at most one debug line per interval for one kind of
@@ -58,8 +60,11 @@ const (
 	logDescriptorBytes = 256
 )
 
-// clip shortens s to n bytes at most, marking the cut.
+// clip shortens s to n bytes at most, marking the cut; bytes of s that are
+// not valid UTF-8 are written as \xNN first (textsafe.Escape), so that
+// every log format shows them (JSON would turn them into U+FFFD).
 func clip(s string, n int) string {
+	s = textsafe.Escape(s)
 	if len(s) <= n {
 		return s
 	}

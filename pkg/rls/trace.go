@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/envoyrls/envoy-rls/internal/textsafe"
 )
 
 // startSpan starts the ShouldRateLimit span, parented on the trace context
@@ -17,7 +19,8 @@ func (s *Service) startSpan(ctx context.Context, req *rlsv3.RateLimitRequest) (c
 		ctx = s.prop.Extract(ctx, mdCarrier(md))
 	}
 	ctx, span := s.opts.Tracer.Start(ctx, "ShouldRateLimit", trace.WithSpanKind(trace.SpanKindServer))
-	span.SetAttributes(attribute.String("ratelimit.domain", req.Domain), attribute.Int("ratelimit.descriptors", len(req.Descriptors)))
+	// The domain is request bytes; OTLP carries only valid UTF-8.
+	span.SetAttributes(attribute.String("ratelimit.domain", textsafe.Escape(req.Domain)), attribute.Int("ratelimit.descriptors", len(req.Descriptors)))
 	return ctx, span
 }
 
