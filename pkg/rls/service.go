@@ -89,8 +89,9 @@ type Options struct {
 	FailureMode FailureMode
 	// BackendTimeout caps each store call. A call's budget is the caller's
 	// deadline minus a margin for answering (see AnswerMargin), capped by
-	// BackendTimeout; BackendTimeout alone applies when the caller sends no
-	// deadline. Zero means no cap beyond the caller's.
+	// BackendTimeout from the start of ShouldRateLimit; BackendTimeout alone
+	// applies when the caller sends no deadline. Zero means no cap beyond
+	// the caller's.
 	BackendTimeout time.Duration
 	// Logger receives warnings (backend failures: the first at once, then
 	// a summary per LogInterval while they continue, and a line when the
