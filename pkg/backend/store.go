@@ -108,9 +108,8 @@ type Store interface {
 // exactly as Apply would under ctx with its deadline moved to until (when
 // until is earlier; a zero until adds none), and fails the same way when
 // the budget runs out (an error wrapping context.DeadlineExceeded). It
-// spares the caller a context with a timer per call (about four
-// allocations). The memory, Redis and split stores implement it; ByDeadline
-// adapts any other Store. A type that embeds such a store and overrides
+// spares the caller a context with a timer per call. The memory, Redis and
+// split stores implement it; ByDeadline adapts any other Store. A type that embeds such a store and overrides
 // Apply must override ApplyBy too.
 type TakesDeadline interface {
 	Store
