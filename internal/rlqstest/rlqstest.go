@@ -511,3 +511,13 @@ func (c *Client) Connected() bool {
 	defer c.mu.Unlock()
 	return c.stream != nil
 }
+
+// Actions returns the actions received for bucket id.
+func (c *Client) Actions(id map[string]string) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.b[Key(id)]; b != nil {
+		return slices.Clone(b.Actions)
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"io"
 	"log/slog"
 
 	"net"
@@ -181,3 +182,5 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

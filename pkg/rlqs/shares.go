@@ -71,6 +71,9 @@ type Reservation struct {
 	// Takeover names a gone subscriber of the same host whose entry this
 	// one replaces (an Envoy that reconnected), or "".
 	Takeover string
+	// Grace is how long a lowering of this subscriber still counts at its
+	// old rate (0: loweredGrace).
+	Grace time.Duration
 }
 
 // Release is one subscriber that stopped (see Shares.Release).
@@ -79,10 +82,22 @@ type Release struct {
 	Drop     bool
 }
 
-// loweredGrace is how long a lowered assignment still counts at its old
-// rate: the time for the response to reach Envoy and be applied, with a
-// wide margin. Until then nobody is raised into what it gave up.
-const loweredGrace = 2 * time.Second
+// loweredGrace is the longest a lowered assignment still counts at its
+// old rate: the time for the response to reach Envoy and be applied, with
+// a wide margin. Until then nobody is raised into what it gave up. A
+// subscriber's own grace is half its report period within
+// [minGrace, loweredGrace] (graceFor), so that a lowering frees its share
+// by the next reports.
+const (
+	loweredGrace = 2 * time.Second
+	minGrace     = 200 * time.Millisecond
+)
+
+// graceFor returns the lowered grace of a subscriber reporting every
+// period.
+func graceFor(period time.Duration) time.Duration {
+	return min(max(period/2, minGrace), loweredGrace)
+}
 
 // grant computes a reservation's tokens from what the other subscribers
 // hold (others, requests per second): its Target, but never more than
@@ -110,6 +125,7 @@ type memEntry struct {
 	Entry
 	prev      float64 // the rate before the last lowering
 	loweredAt time.Time
+	grace     time.Duration
 	expires   time.Time
 	seenUntil time.Time
 	closed    bool
@@ -125,7 +141,7 @@ func NewMemoryShares(now func() time.Time) Shares {
 // rate returns what e holds at t (its old rate within loweredGrace of a
 // lowering).
 func (e *memEntry) rate(t time.Time) float64 {
-	if t.Sub(e.loweredAt) < loweredGrace {
+	if t.Sub(e.loweredAt) < e.grace {
 		return max(e.Rate, e.prev)
 	}
 	return e.Rate
@@ -207,6 +223,10 @@ func (m *memoryShares) Reserve(_ context.Context, rs []Reservation, out []int64)
 			me.prev, me.loweredAt = me.Rate, t
 		}
 		me.Host, me.Want, me.Rate = r.Host, r.Want, rate
+		me.grace = r.Grace
+		if me.grace <= 0 {
+			me.grace = loweredGrace
+		}
 		me.expires = t.Add(r.TTL + loweredGrace)
 		me.seenUntil = t.Add(r.Stale)
 		me.closed = false
@@ -227,7 +247,7 @@ func (m *memoryShares) Release(_ context.Context, rs []Release) error {
 		e.closed = true
 		if r.Drop {
 			e.prev, e.loweredAt, e.Rate = e.rate(t), t, 0
-			if x := t.Add(loweredGrace); x.Before(e.expires) {
+			if x := t.Add(e.grace); x.Before(e.expires) {
 				e.expires = x
 			}
 		}

@@ -291,7 +291,7 @@ func (st *stream) allocate(ctx context.Context, work []*sub, at time.Time, resp 
 // hysteresis.
 func (st *stream) reservation(sb *sub, entries []Entry, capacity float64, ttl, period time.Duration) Reservation {
 	s := st.svc
-	r := Reservation{Key: sb.pol.key, Sub: st.id, Host: st.host, Want: sb.demand, Cap: capacity, TTL: ttl, Stale: 2*period + loweredGrace}
+	r := Reservation{Key: sb.pol.key, Sub: st.id, Host: st.host, Want: sb.demand, Cap: capacity, TTL: ttl, Stale: 2*period + loweredGrace, Grace: graceFor(period)}
 	live := 1
 	var take *Entry
 	for i := range entries {
@@ -459,7 +459,7 @@ func (st *stream) release(ctx context.Context, subs []*sub, drop bool) {
 		rs = append(rs, Release{Key: sb.pol.key, Sub: st.id, Drop: drop})
 		until := s.now().Add(sb.ttl)
 		if drop {
-			until = s.now().Add(loweredGrace)
+			until = s.now().Add(graceFor(st.reportPeriod()))
 		}
 		s.aggDepart(st, sb.pol.key, sb.rate(), until)
 	}
