@@ -17,6 +17,7 @@ var errHelp = errors.New("help requested")
 // options is every setting of `serve`, parsed once here and passed down.
 type options struct {
 	xdsOptions
+	rlqsOptions
 	Config      string
 	GRPCAddr    string
 	HTTPAddr    string
@@ -119,6 +120,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
 	fs.DurationVar(&o.BackendFailureLogInterval, "backend-failure-log-interval", 10*time.Second, "while backend calls keep failing, one log line per interval counts them and names their causes")
 	addXDSFlags(fs, &o.xdsOptions)
+	addRLQSFlags(fs, &o.rlqsOptions)
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			c.usage(out)
@@ -139,6 +141,7 @@ func (o *options) validate() error {
 		errs = append(errs, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG; --config-xds takes the config from a control plane)"))
 	}
 	errs = append(errs, o.validateXDS()...)
+	errs = append(errs, o.validateRLQS()...)
 	if o.GRPCAddr == "" {
 		errs = append(errs, errors.New("--grpc-addr must not be empty"))
 	}
@@ -226,7 +229,7 @@ func parseCheck(args []string, out io.Writer) (string, loadOptions, error) {
 		path string
 		lo   loadOptions
 	)
-	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config] [--config-lenient]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0); with --config-lenient, what was accepted as the reference server accepts it as file:line: warning: reason.", true)
+	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config] [--config-lenient] [--rlqs]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0); with --config-lenient, what was accepted as the reference server accepts it as file:line: warning: reason.", true)
 	c.fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
 	addFileFlags(c.fs, &lo)
 	if err := c.parse(args); err != nil {

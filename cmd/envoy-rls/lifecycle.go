@@ -47,6 +47,10 @@ func (s *server) close() {
 		s.stopReady()
 		s.stopReady = nil
 	}
+	if s.rlqs != nil {
+		s.rlqs.Close()
+		s.rlqs = nil
+	}
 	if s.store != nil {
 		// A Redis store writes back the hits allowed while Redis was away,
 		// for up to --shutdown-grace; the error names what it could not.
@@ -147,6 +151,11 @@ func (s *server) shutdown() {
 	sctx, cancel := context.WithTimeout(context.Background(), s.o.ShutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
+	if s.rlqs != nil {
+		// RLQS streams last as long as Envoy runs: end them (without
+		// abandoning any bucket) so that the graceful stop can finish.
+		s.rlqs.Shutdown()
+	}
 	go func() { s.grpcSrv.GracefulStop(); close(done) }()
 	cut := false
 	select {

@@ -81,6 +81,7 @@ func newXDSClient(o options, svc *rls.Service, metrics *rls.Metrics, log *slog.L
 		},
 		MergeDomains: o.MergeDomainConfig,
 		Lenient:      o.ConfigLenient,
+		OrderFree:    o.RLQS,
 		Apply: func(c *descriptors.Config) {
 			svc.SetConfig(c)
 			metrics.ConfigWarnings(len(c.Warnings()))

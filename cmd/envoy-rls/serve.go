@@ -23,6 +23,7 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
+	"github.com/envoyrls/envoy-rls/pkg/rlqs"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -56,7 +57,8 @@ type server struct {
 	metrics *rls.Metrics
 	store   backend.Store
 	svc     *rls.Service
-	stopXDS func() // stops the xDS client and waits for it; nil without one
+	rlqs    *rlqs.Service // nil without --rlqs
+	stopXDS func()        // stops the xDS client and waits for it; nil without one
 	tracing *tracing.Tracing
 
 	grpcLis net.Listener
@@ -195,7 +197,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		}
 	}
 
-	grpcOpts := grpcServerOptions(o)
+	grpcOpts := append(grpcServerOptions(o), rlqsServerOptions(o)...)
 	if o.GRPCTLSCert != "" {
 		creds, err := grpcServerTLS(o, log)
 		if err != nil {
@@ -212,6 +214,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		return s, err
 	}
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
+	s.startRLQS()
 	var hasConfig func() bool
 	if o.HealthRequiresConfig {
 		hasConfig = func() bool { return len(s.svc.Config().Domains()) > 0 }

@@ -98,6 +98,9 @@ type Options struct {
 	// of what it concerns (a field twice, a field in the wrong place, a
 	// missing count), so it rarely changes anything over xDS.
 	Lenient bool
+	// OrderFree refuses a config in which one RLQS quota bucket could
+	// select two descriptors (see descriptors.Options).
+	OrderFree bool
 	// Apply receives every valid configuration, in order. It must not
 	// block for long.
 	Apply func(*descriptors.Config)
@@ -263,7 +266,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse) (*discovery.Discovery
 	var cfg *descriptors.Config
 	err := fmt.Errorf("response has type %q, want %q", resp.GetTypeUrl(), TypeURL)
 	if resp.GetTypeUrl() == TypeURL {
-		cfg, err = ConvertWith(resp.GetResources(), descriptors.Options{MergeDomains: c.o.MergeDomains, Lenient: c.o.Lenient})
+		cfg, err = ConvertWith(resp.GetResources(), descriptors.Options{MergeDomains: c.o.MergeDomains, Lenient: c.o.Lenient, OrderFree: c.o.OrderFree})
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

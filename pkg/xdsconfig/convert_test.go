@@ -159,3 +159,21 @@ func TestConvertLenient(t *testing.T) {
 		t.Fatalf("unlimited with unit 42, lenient: %v, warnings %v", err, c.Warnings())
 	}
 }
+
+// OrderFree (--rlqs) refuses over xDS what it refuses in files: a quota
+// bucket that could match two descriptors; without it the same resource
+// loads.
+func TestConvertOrderFree(t *testing.T) {
+	sec := &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 1}
+	res := anys(t, &rlsconf.RateLimitConfig{Name: "r", Domain: "dom", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "a", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "b", RateLimit: sec}}},
+		{Key: "b", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "a", RateLimit: sec}}},
+	}})
+	if _, err := xdsconfig.ConvertWith(res, descriptors.Options{}); err != nil {
+		t.Fatalf("without OrderFree: %v", err)
+	}
+	_, err := xdsconfig.ConvertWith(res, descriptors.Options{OrderFree: true})
+	if err == nil || !strings.Contains(err.Error(), "xds:r:") || !strings.Contains(err.Error(), "quota bucket") {
+		t.Fatalf("with OrderFree: %v", err)
+	}
+}

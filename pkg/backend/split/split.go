@@ -114,6 +114,9 @@ func New(main, perSecond backend.Store, opts Options) *Store {
 	return s
 }
 
+// Main returns the main store, as given to New.
+func (s *Store) Main() backend.Store { return s.stores[0] }
+
 // Stats are the split store's counters.
 type Stats struct {
 	// Mixed counts requests with items in both stores.
