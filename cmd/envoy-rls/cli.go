@@ -257,6 +257,28 @@ func (c *command) usage(w io.Writer) {
 	}
 }
 
+// markdown writes every flag of c as a Markdown table (flag, environment
+// variable, default, meaning): the table of docs/running.md, which
+// TestFlagsDoc keeps equal to the definitions.
+func (c *command) markdown(w io.Writer) {
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	code := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return "`" + cell(s) + "`"
+	}
+	fmt.Fprintln(w, "| flag | environment | default | meaning |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	c.fs.VisitAll(func(f *flag.Flag) {
+		env := ""
+		if c.env {
+			env = code(envName(f.Name))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", code("--"+f.Name), env, code(f.DefValue), cell(f.Usage))
+	})
+}
+
 // unknownEnv lists, one message each, the ENVOY_RLS_* variables of environ
 // that name no flag of c, so that a misspelt variable is not silently
 // ignored. The variables Kubernetes injects for a Service named envoy-rls

@@ -108,9 +108,9 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 			exprs = append(exprs, string(q))
 		}
 	}
-	// The README's example queries and alert rules (the code blocks of its
+	// docs/observability.md's example queries and alert rules (the code blocks of its
 	// Metrics section) too.
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/observability.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +121,11 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 			section = section[:j]
 		}
 	} else {
-		t.Fatal("README has no Metrics section")
+		t.Fatal("docs/observability.md has no Metrics section")
 	}
 	blocks := strings.Split(section, "```")
 	if len(blocks) < 5 {
-		t.Fatalf("README's Metrics section has %d code blocks, want the queries and the alerts", len(blocks)/2)
+		t.Fatalf("docs/observability.md's Metrics section has %d code blocks, want the queries and the alerts", len(blocks)/2)
 	}
 	for i := 1; i < len(blocks); i += 2 {
 		for _, line := range strings.Split(blocks[i], "\n") {

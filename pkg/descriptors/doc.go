@@ -17,64 +17,18 @@
 //
 // # Format
 //
-//	domain: <name>                     required, non-empty, unique
-//	default_algorithm: <algorithm>     extension; default fixed_window
-//	default_usage_accounting: <usage>  extension: auto, always or never
-//	tiers:                             extension; name -> list of rate limits
-//	  <name>:
-//	    - <rate limit>
-//	descriptors:
-//	  - key: <key>                     required, non-empty
-//	    value: <value>                 optional; may hold * wildcards
-//	    rate_limit: <rate limit>       at most one of rate_limit,
-//	    rate_limits: [<rate limit>...]   rate_limits (extension)
-//	    tier: <name>                     and tier (extension)
-//	    shadow_mode: <bool>
-//	    quota_mode: <bool>
-//	    usage_accounting: <usage>      extension; nested descriptors
-//	                                   inherit it (see UsageAccounting)
-//	    detailed_metric: <bool>
-//	    value_to_metric: <bool>
-//	    share_threshold: <bool>        only with a wildcard value
-//	    metadata: <mapping>            any YAML mapping
-//	    descriptors: [<descriptor>...] nested descriptors
-//
-// A rate limit is a mapping:
-//
-//	unit: <unit>                   second, minute, hour, day, week,
-//	                               month (30 days) or year (365 days);
-//	                               any letter case
-//	window: <duration>             extension, instead of unit: a Go
-//	                               duration such as 90s or 1h30m, >= 1ms
-//	requests_per_unit: <integer>   required, 0 to 4294967295; 0 denies
-//	                               every request
-//	unlimited: <bool>              always allow, keep no counter; not
-//	                               with unit, window, requests_per_unit,
-//	                               algorithm or burst
-//	name: <name>                   for replaces
-//	replaces: [{name: <name>}...]  drop the named limits when this one
-//	                               applies to the same request
-//	algorithm: <algorithm>         extension; default default_algorithm
-//	burst: <integer>               extension, 1 to 4294967295; the
-//	                               capacity of token_bucket and gcra
-//	                               (default requests_per_unit)
-//	shadow_mode: <bool>            extension: this limit only is shadowed
-//
-// The algorithms are fixed_window (the reference server's), token_bucket,
-// sliding_window_log, sliding_window_counter and gcra; see package
-// algorithms. sliding_window_log keeps one entry per request in its window,
-// so it takes at most 100000 requests_per_unit.
-//
-// A rate_limits list is a composite: a request is allowed only when every
-// limit in it allows. A tier is such a list defined once under tiers and
-// used by name; unused tiers are fine. An unlimited limit must be the only
-// one of its list.
-//
-// YAML details: a value is taken as written, so `value: yes` is the string
-// "yes" (the reference server, on yaml.v2, reads it as a boolean). Flags
-// accept true/false and the YAML 1.1 spellings yes/no/on/off. A null value
-// (`rate_limit:` with nothing after it) counts as not set, and an empty
-// value as no value, as in the reference server.
+// The format is specified field by field in one place, the repository's
+// docs/configuration.md (domain, descriptors with key, value, rate_limit,
+// rate_limits, tier, shadow_mode, quota_mode, usage_accounting,
+// share_threshold, detailed_metric, value_to_metric and metadata; a rate
+// limit's unit or window, requests_per_unit, unlimited, name, replaces,
+// algorithm, burst and shadow_mode). In short: a rate_limits list is a
+// composite, allowed only when every limit in it allows; a tier is such a
+// list defined once under tiers and used by name; an unlimited limit must
+// be the only one of its list; sliding_window_log keeps one entry per
+// request in its window, so it takes at most MaxSlidingLogRequests
+// requests_per_unit. A value is taken as written, so `value: yes` is the
+// string "yes" (the reference server, on yaml.v2, reads it as a boolean).
 //
 // # Validation
 //
