@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +29,15 @@ type command struct {
 	from map[string]string
 	// bad is the last value a flag refused, for the error message.
 	bad *valueError
+	// sections are the help's topics in the order they were first named,
+	// each with its flags in the order they were defined.
+	sections []*section
+}
+
+// section is one topic of a command's help.
+type section struct {
+	title string
+	flags []string
 }
 
 // newCommand returns a command whose flag set is ready for definitions.
@@ -39,6 +49,79 @@ func newCommand(name, synopsis string, env bool) *command {
 	c.fs.SetOutput(io.Discard)
 	c.fs.Usage = func() {}
 	return c
+}
+
+// flagSet defines flags of a command under one topic of its help: the
+// flags defined through it are listed under the topic's title, in the order
+// they are defined. Its methods are the flag package's.
+type flagSet struct {
+	*flag.FlagSet
+	s *section
+}
+
+// section returns the flag set of the help topic title, which is listed
+// after the topics named before it.
+func (c *command) section(title string) *flagSet {
+	for _, s := range c.sections {
+		if s.title == title {
+			return &flagSet{FlagSet: c.fs, s: s}
+		}
+	}
+	s := &section{title: title}
+	c.sections = append(c.sections, s)
+	return &flagSet{FlagSet: c.fs, s: s}
+}
+
+func (f *flagSet) add(name string) { f.s.flags = append(f.s.flags, name) }
+
+func (f *flagSet) StringVar(p *string, name, value, usage string) {
+	f.FlagSet.StringVar(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) BoolVar(p *bool, name string, value bool, usage string) {
+	f.FlagSet.BoolVar(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) IntVar(p *int, name string, value int, usage string) {
+	f.FlagSet.IntVar(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) Int64Var(p *int64, name string, value int64, usage string) {
+	f.FlagSet.Int64Var(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) UintVar(p *uint, name string, value uint, usage string) {
+	f.FlagSet.UintVar(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) Uint64Var(p *uint64, name string, value uint64, usage string) {
+	f.FlagSet.Uint64Var(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) Float64Var(p *float64, name string, value float64, usage string) {
+	f.FlagSet.Float64Var(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) DurationVar(p *time.Duration, name string, value time.Duration, usage string) {
+	f.FlagSet.DurationVar(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) TextVar(p encoding.TextUnmarshaler, name string, value encoding.TextMarshaler, usage string) {
+	f.FlagSet.TextVar(p, name, value, usage)
+	f.add(name)
+}
+
+func (f *flagSet) Var(value flag.Value, name string, usage string) {
+	f.FlagSet.Var(value, name, usage)
+	f.add(name)
 }
 
 // valueError is a value a flag refused.
@@ -236,30 +319,55 @@ func (c *command) hint() string {
 }
 
 // usage writes the full help: the synopsis and every flag with its
-// variable and default.
+// variable and default, by topic (flags defined outside any topic last).
 func (c *command) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage:\n%s\n", c.synopsis)
-	var flags []*flag.Flag
-	c.fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f) })
-	if len(flags) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\nFlags:")
-	for _, f := range flags {
-		line := "  --" + f.Name
-		if c.env {
-			line += " (env " + envName(f.Name) + ")"
+	for _, s := range c.helpSections() {
+		fmt.Fprintf(w, "\n%s:\n", s.title)
+		for _, name := range s.flags {
+			f := c.fs.Lookup(name)
+			line := "  --" + f.Name
+			if c.env {
+				line += " (env " + envName(f.Name) + ")"
+			}
+			if f.DefValue != "" {
+				line += ", default " + strconv.Quote(f.DefValue)
+			}
+			fmt.Fprintf(w, "%s\n      %s\n", line, f.Usage)
 		}
-		if f.DefValue != "" {
-			line += ", default " + strconv.Quote(f.DefValue)
-		}
-		fmt.Fprintf(w, "%s\n      %s\n", line, f.Usage)
 	}
 }
 
-// markdown writes every flag of c as a Markdown table (flag, environment
-// variable, default, meaning): the table of docs/running.md, which
-// TestFlagsDoc keeps equal to the definitions.
+// helpSections are the help's topics, then the flags defined outside any
+// ("Flags" when there is no topic, else "Other flags"), by name.
+func (c *command) helpSections() []*section {
+	out := append([]*section(nil), c.sections...)
+	inSection := map[string]bool{}
+	for _, s := range c.sections {
+		for _, f := range s.flags {
+			inSection[f] = true
+		}
+	}
+	rest := &section{title: "Flags"}
+	if len(c.sections) > 0 {
+		rest.title = "Other flags"
+	}
+	c.fs.VisitAll(func(f *flag.Flag) {
+		if !inSection[f.Name] {
+			rest.flags = append(rest.flags, f.Name)
+		}
+	})
+	if len(rest.flags) > 0 {
+		out = append(out, rest)
+	}
+	return out
+}
+
+// markdown writes every flag of c as Markdown tables (flag, environment
+// variable, default, meaning), one per topic of the help under a heading
+// of its title (one table without a heading when c has no topics): the
+// tables of docs/running.md, which TestFlagsDoc keeps
+// equal to the definitions.
 func (c *command) markdown(w io.Writer) {
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	code := func(s string) string {
@@ -268,15 +376,24 @@ func (c *command) markdown(w io.Writer) {
 		}
 		return "`" + cell(s) + "`"
 	}
-	fmt.Fprintln(w, "| flag | environment | default | meaning |")
-	fmt.Fprintln(w, "|---|---|---|---|")
-	c.fs.VisitAll(func(f *flag.Flag) {
-		env := ""
-		if c.env {
-			env = code(envName(f.Name))
+	for i, s := range c.helpSections() {
+		if i > 0 {
+			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", code("--"+f.Name), env, code(f.DefValue), cell(f.Usage))
-	})
+		if len(c.sections) > 0 {
+			fmt.Fprintf(w, "#### %s\n\n", s.title)
+		}
+		fmt.Fprintln(w, "| flag | environment | default | meaning |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		for _, name := range s.flags {
+			f := c.fs.Lookup(name)
+			env := ""
+			if c.env {
+				env = code(envName(f.Name))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", code("--"+f.Name), env, code(f.DefValue), cell(f.Usage))
+		}
+	}
 }
 
 // unknownEnv lists, one message each, the ENVOY_RLS_* variables of environ

@@ -43,7 +43,7 @@ func (r *recorder) Unregister(prometheus.Collector) bool { return true }
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recorder{names: map[string]bool{}}
-	registerMetrics(rec)
+	observabilityOptions{}.registerMetrics(rec)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, o := range []options{
 		{Backend: "memory", MaxKeys: 10},

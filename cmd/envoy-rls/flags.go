@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -18,12 +17,11 @@ var errHelp = errors.New("help requested")
 type options struct {
 	xdsOptions
 	rlqsOptions
+	Obs         observabilityOptions
 	Config      string
 	GRPCAddr    string
 	HTTPAddr    string
 	WatchConfig bool
-	LogLevel    logLevel
-	LogFormat   logFormat
 
 	Backend         backendKind
 	MaxKeys         int
@@ -37,7 +35,6 @@ type options struct {
 	ShadowMode      bool
 	ResponseHeaders rls.HeaderMode
 	OverLimitBody   string
-	NearLimitRatio  float64
 
 	GRPCMaxConcurrentStreams  int
 	GRPCStreamWorkers         int
@@ -86,8 +83,6 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.TextVar(&o.LogLevel, "log-level", logLevel(slog.LevelInfo), "debug, info, warn or error")
-	fs.TextVar(&o.LogFormat, "log-format", logFormat("text"), "text or json")
 	fs.TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
 	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "embedded store (memory backend, or redis's --failure-mode local fallback): most counter keys held; beyond it, the keys least likely to be used again are evicted")
 	o.MaxMemory = memory.DefaultMaxMemory
@@ -114,13 +109,13 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.HTTPMaxConnections, "http-max-connections", defaultHTTPMaxConnections, "most connections open at once on the HTTP listener (--http-addr); one beyond it is closed as soon as it is accepted")
 	fs.TextVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff, "quota headers added to responses: off, ietf (RateLimit-Policy and RateLimit), draft03 (X-RateLimit-*), legacy (RateLimit-Limit/-Remaining/-Reset; true means legacy, false off) or all; Retry-After comes with every OVER_LIMIT whatever this says")
 	fs.StringVar(&o.OverLimitBody, "over-limit-body", "", `JSON body of OVER_LIMIT answers (raw_body), with {{rule}}, {{domain}}, {{descriptor_index}} and {{retry_after}} filled in, e.g. {"error":"rate_limited","rule":"{{rule}}","retry_after":{{retry_after}}}`)
-	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", rls.DefaultNearLimitRatio, "share of a limit's capacity past which allowed hits also count in envoy_rls_rule_near_limit_total (0 < ratio <= 1)")
 	addRedisFlags(fs, &o.redisConn, "redis-")
 	addRedisFlags(fs, &o.PerSecond, perSecondPrefix)
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
 	fs.DurationVar(&o.BackendFailureLogInterval, "backend-failure-log-interval", 10*time.Second, "while backend calls keep failing, one log line per interval counts them and names their causes")
 	addXDSFlags(fs, &o.xdsOptions)
 	addRLQSFlags(fs, &o.rlqsOptions)
+	o.Obs.addFlags(c.section("Observability"))
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			c.usage(out)
@@ -128,6 +123,9 @@ func parseServe(args []string, out io.Writer) (options, error) {
 		return o, err
 	}
 	if err := applyReference(fs, &o, lookupEnv); err != nil {
+		return o, err
+	}
+	if err := o.Obs.readTracing(lookupEnv); err != nil {
 		return o, err
 	}
 	err := o.validate() // settles o.Backend
@@ -180,9 +178,7 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("--over-limit-body: %v", err))
 		}
 	}
-	if !(o.NearLimitRatio > 0 && o.NearLimitRatio <= 1) {
-		errs = append(errs, fmt.Errorf("--near-limit-ratio %v: want a number above 0 and at most 1", o.NearLimitRatio))
-	}
+	errs = append(errs, o.Obs.validate()...)
 	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
 		errs = append(errs, fmt.Errorf("--local-share %v: want a share in (0, 1]", o.LocalShare))
 	}
@@ -242,36 +238,6 @@ func parseCheck(args []string, out io.Writer) (string, loadOptions, error) {
 		return "", lo, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG)")
 	}
 	return path, lo, nil
-}
-
-// logLevel is --log-level: debug, info, warn or error (as slog.Level reads
-// them), shown in lower case.
-type logLevel slog.Level
-
-func (l logLevel) MarshalText() ([]byte, error) {
-	return []byte(strings.ToLower(slog.Level(l).String())), nil
-}
-
-func (l *logLevel) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "debug", "info", "warn", "error", "DEBUG", "INFO", "WARN", "ERROR":
-		return (*slog.Level)(l).UnmarshalText(b)
-	}
-	return errors.New("want debug, info, warn or error")
-}
-
-// logFormat is --log-format: text or json.
-type logFormat string
-
-func (f logFormat) MarshalText() ([]byte, error) { return []byte(f), nil }
-
-func (f *logFormat) UnmarshalText(b []byte) error {
-	switch v := logFormat(b); v {
-	case "text", "json":
-		*f = v
-		return nil
-	}
-	return fmt.Errorf("want text or json")
 }
 
 // backendKind is --backend: memory or redis.

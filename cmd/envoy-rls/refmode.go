@@ -43,12 +43,10 @@ type xdsOptions struct {
 	GRPCTLSClientCA  string
 	GRPCTLSClientSAN string
 
-	DebugAddr            string
-	MetricsAddr          string
-	MetricsPath          string
-	ReferenceMetrics     bool
-	HealthRequiresConfig bool
-	WatchRoot            string
+	DebugAddr   string
+	MetricsAddr string
+	MetricsPath string
+	WatchRoot   string
 
 	// reference is the reference environment's translation when it was
 	// read (no --config and no --config-xds given), else nil.
@@ -79,8 +77,6 @@ func addXDSFlags(fs *flag.FlagSet, o *xdsOptions) {
 	fs.StringVar(&o.DebugAddr, "debug-addr", "", "debug listener: /rlconfig (the loaded limits), /debug/pprof/; empty disables it")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "a separate Prometheus listener (as the reference's PROMETHEUS_ADDR); /metrics on --http-addr stays")
 	fs.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics on --metrics-addr")
-	fs.BoolVar(&o.ReferenceMetrics, "reference-metrics", false, "also export the reference server's series (ratelimit_service_*) that Envoy Gateway's dashboards read")
-	fs.BoolVar(&o.HealthRequiresConfig, "health-requires-config", false, "report unhealthy until a config with at least one domain is loaded")
 	fs.StringVar(&o.WatchRoot, "watch-root", "", "also reload when this directory (or symlink) is replaced, as the reference's RUNTIME_WATCH_ROOT does for RUNTIME_ROOT")
 }
 

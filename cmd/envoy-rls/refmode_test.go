@@ -41,7 +41,7 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		!o.XDSTLS || o.XDSTLSCert != "/certs/tls.crt" || o.XDSTLSCA != "/certs/ca.crt" || !o.ForceStart || !o.ConfigLenient ||
 		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
-		o.MetricsAddr != ":19001" || !o.ReferenceMetrics || o.LogLevel != logLevel(slog.LevelInfo) ||
+		o.MetricsAddr != ":19001" || !o.Obs.ReferenceMetrics || o.Obs.LogLevel != logLevel(slog.LevelInfo) ||
 		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second ||
 		o.UsageAccounting != descriptors.UsageAuto {
 		t.Fatalf("options = %+v", o)
@@ -73,7 +73,7 @@ func TestNativeSettingsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.GRPCAddr != "127.0.0.1:1" || o.LogLevel != logLevel(slog.LevelError) || o.Config != "/data/config" || o.WatchRoot != "/data" {
+	if o.GRPCAddr != "127.0.0.1:1" || o.Obs.LogLevel != logLevel(slog.LevelError) || o.Config != "/data/config" || o.WatchRoot != "/data" {
 		t.Fatalf("options = %+v", o)
 	}
 	// With --config the reference environment is not read at all.
@@ -125,8 +125,8 @@ func TestReferenceModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ResponseHeaders != rls.HeadersLegacy || !o.ShadowMode || o.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
-		t.Fatalf("headers %v shadow %v near %v prefix %q", o.ResponseHeaders, o.ShadowMode, o.NearLimitRatio, o.KeyPrefix)
+	if o.ResponseHeaders != rls.HeadersLegacy || !o.ShadowMode || o.Obs.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
+		t.Fatalf("headers %v shadow %v near %v prefix %q", o.ResponseHeaders, o.ShadowMode, o.Obs.NearLimitRatio, o.KeyPrefix)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -26,14 +25,6 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/rlqs"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
-
-func newLogger(o options, out io.Writer) *slog.Logger {
-	hopts := &slog.HandlerOptions{Level: slog.Level(o.LogLevel)}
-	if o.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(out, hopts))
-	}
-	return slog.New(slog.NewTextHandler(out, hopts))
-}
 
 // serve runs the service until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, o options, logOut io.Writer) error {
@@ -82,7 +73,7 @@ type server struct {
 // returns a nil server and no error when ctx ends while it waits for the
 // control plane. The caller closes a non-nil server, also on error.
 func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
-	s := &server{o: o, log: newLogger(o, logOut)}
+	s := &server{o: o, log: o.Obs.newLogger(logOut)}
 	log := s.log
 	// Catch SIGHUP from the start: before the watcher runs, one would
 	// otherwise kill the process. The watcher reloads on it.
@@ -114,10 +105,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		logWarnings(log, cfg)
 	}
 	s.reg = prometheus.NewRegistry()
-	s.metrics = registerMetrics(s.reg)
-	if o.ReferenceMetrics {
-		s.metrics.EnableReference(s.reg, o.NearLimitRatio)
-	}
+	s.metrics = o.Obs.registerMetrics(s.reg)
 	if cfg != nil || loadErr != nil {
 		s.metrics.ConfigLoad(loadErr)
 	}
@@ -125,10 +113,8 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		s.metrics.ConfigWarnings(len(cfg.Warnings()))
 	}
 
-	traceCfg, err := tracing.FromEnv(os.Getenv)
-	if err != nil {
-		return s, fmt.Errorf("tracing: %v", err)
-	}
+	traceCfg := o.Obs.Tracing
+	var err error
 	if s.tracing, err = tracing.Setup(ctx, traceCfg, version); err != nil {
 		return s, err
 	}
@@ -160,7 +146,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		QuotaMode:               o.QuotaMode,
 		UsageAccounting:         o.UsageAccounting,
 		OverLimitBody:           overLimitBody,
-		NearLimitRatio:          o.NearLimitRatio,
+		NearLimitRatio:          o.Obs.NearLimitRatio,
 		Tracer:                  s.tracing.Tracer,
 		Propagator:              s.tracing.Propagator,
 		Logger:                  log,
@@ -216,7 +202,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
 	s.startRLQS()
 	var hasConfig func() bool
-	if o.HealthRequiresConfig {
+	if o.Obs.HealthRequiresConfig {
 		hasConfig = func() bool { return len(s.svc.Config().Domains()) > 0 }
 	}
 	s.ready = newReadiness(s.store, s.health, hasConfig)
@@ -265,14 +251,6 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		return s, err
 	}
 	return s, nil
-}
-
-// registerMetrics registers the service's metrics, build info and the Go
-// runtime and process collectors (the store registers its own).
-func registerMetrics(reg prometheus.Registerer) *rls.Metrics {
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rls.RegisterBuildInfo(reg, version)
-	return rls.NewMetrics(reg)
 }
 
 // newStore builds the configured backend.
