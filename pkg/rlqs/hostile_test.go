@@ -101,8 +101,9 @@ descriptors:
 }
 
 // TestHostileIDs: an empty bucket id is ignored (Envoy skips actions for
-// one), one over the size bounds is answered with the default and not
-// kept, and neither disturbs the well-formed bucket beside it.
+// one), one over the size bounds is denied (not the unmatched default: a
+// padded header must not escape its limit) and not kept, and neither
+// disturbs the well-formed bucket beside it.
 func TestHostileIDs(t *testing.T) {
 	h := newHarness(t, perSecond30, Options{})
 	st := h.raw()
@@ -119,7 +120,10 @@ func TestHostileIDs(t *testing.T) {
 		if len(a.GetBucketId().GetBucket()) == 0 {
 			t.Fatalf("an action for an empty id: %v", a)
 		}
-		if _, ok := blanketOf(a); ok {
+		if rule, ok := blanketOf(a); ok {
+			if rule != typev3.RateLimitStrategy_DENY_ALL {
+				t.Fatalf("an oversized id got %v", a)
+			}
 			blanket++
 		} else if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil {
 			tb++

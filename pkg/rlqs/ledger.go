@@ -24,6 +24,7 @@ import (
 // bucketAgg is what this instance assigned in one bucket, by stream.
 type bucketAgg struct {
 	pol       policy
+	label     string             // the bucket label of its metrics
 	rates     map[string]float64 // by stream: assigned rate
 	demand    map[string]float64 // by stream: measured demand
 	departing []departing        // rates of ended streams, held until their TTL
@@ -58,7 +59,7 @@ func (s *Service) aggSet(st *stream, sb *sub, rate float64) {
 	defer s.aggMu.Unlock()
 	a := s.aggs[sb.pol.key]
 	if a == nil {
-		a = &bucketAgg{pol: sb.pol, rates: map[string]float64{}, demand: map[string]float64{}}
+		a = &bucketAgg{pol: sb.pol, label: s.m.bucketLabel(sb.pol), rates: map[string]float64{}, demand: map[string]float64{}}
 		s.aggs[sb.pol.key] = a
 	}
 	a.rates[st.id] = rate

@@ -11,6 +11,9 @@ import (
 // under "__overflow__".
 const MaxBucketSeries = 10_000
 
+// maxBucketSeries is MaxBucketSeries, lowered by tests.
+var maxBucketSeries = MaxBucketSeries
+
 // metrics are the service's Prometheus metrics; a nil *metrics (no
 // Registerer) records nothing.
 type metrics struct {
@@ -45,7 +48,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 		invalidV:   vec("envoy_rls_rlqs_invalid_buckets_total", "RLQS bucket ids refused, by reason (empty: ignored; too_large: answered with the unmatched default).", "reason"),
 		abandonsV:  vec("envoy_rls_rlqs_abandons_total", "RLQS buckets abandoned, by reason (idle, max_buckets_per_stream, max_buckets).", "reason"),
 		changesV:   vec("envoy_rls_rlqs_assignment_changes_total", "RLQS assignments whose rate changed, by direction (raise, lower).", "direction"),
-		bucketCap:  cardinality.New(MaxBucketSeries, cardinality.Overflow),
+		bucketCap:  cardinality.New(maxBucketSeries, cardinality.Overflow),
 		rateDesc: prometheus.NewDesc("envoy_rls_rlqs_bucket_assigned_rate",
 			"Requests per second this instance assigned to the Envoys of a bucket (with the rates of ended streams until their TTL), by domain and bucket (the descriptor's stats key, with request values where detailed_metric or value_to_metric says).",
 			[]string{"domain", "bucket"}, nil),
@@ -79,10 +82,7 @@ func (c bucketCollector) Collect(ch chan<- prometheus.Metric) {
 	now := s.now()
 	s.aggMu.Lock()
 	for _, a := range s.aggs {
-		l := labels{a.pol.domain, cardinality.Shorten(a.pol.statsKey, cardinality.MaxValueBytes)}
-		if !c.m.bucketCap.Admit(l.domain + "\x00" + l.bucket) {
-			l.bucket = cardinality.Overflow
-		}
+		l := labels{a.pol.domain, a.label}
 		rates[l] += a.total(now)
 		for _, d := range a.demand {
 			demand[l] += d
@@ -93,6 +93,20 @@ func (c bucketCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.m.rateDesc, prometheus.GaugeValue, v, l.domain, l.bucket)
 		ch <- prometheus.MustNewConstMetric(c.m.demandDesc, prometheus.GaugeValue, demand[l], l.domain, l.bucket)
 	}
+}
+
+// bucketLabel returns the bucket label of a policy's metrics: its stats
+// key, while the cap admits it, else the overflow value. The first buckets
+// assigned keep their series.
+func (m *metrics) bucketLabel(p policy) string {
+	if m == nil {
+		return ""
+	}
+	l := cardinality.Shorten(p.statsKey, cardinality.MaxValueBytes)
+	if !m.bucketCap.Admit(p.domain + "\x00" + l) {
+		return cardinality.Overflow
+	}
+	return l
 }
 
 func (m *metrics) report() {

@@ -42,7 +42,7 @@ var ServiceName = rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName
 const (
 	DefaultMaxStreams          = 1024
 	DefaultMaxBucketsPerStream = 10_000
-	DefaultMaxBuckets          = 200_000
+	DefaultMaxBuckets          = 100_000
 	DefaultAbandonAfter        = 12
 	DefaultHysteresis          = 1
 	// MinReportSize is the least receive limit for reports: Envoy sends
@@ -50,11 +50,11 @@ const (
 	MinReportSize = 4 << 20
 )
 
-// Bounds of one bucket id; a larger one is answered with the unmatched
-// default and not kept.
+// Bounds of one bucket id (its keys and values together); a larger one is
+// answered with DENY_ALL and not kept.
 const (
 	MaxBucketEntries = 64
-	MaxBucketIDBytes = 8 << 10
+	MaxBucketIDBytes = 2 << 10
 )
 
 // Options configure a Service. Zero values take the defaults.
@@ -286,7 +286,7 @@ func (s *Service) newStream(ctx context.Context) *stream {
 	st := &stream{
 		svc:  s,
 		id:   s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 36),
-		subs: map[string]*sub{},
+		subs: map[uint64]*sub{},
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		st.host = p.Addr.String()

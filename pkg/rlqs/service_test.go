@@ -194,3 +194,44 @@ func TestShutdownKeepsAssignments(t *testing.T) {
 		t.Fatalf("after the TTL: %+v, want the fallback", b)
 	}
 }
+
+// TestReconnectTakesItsShareOver: an Envoy whose stream dropped reconnects
+// (here to the same instance; to another one behind the same address it is
+// the same) and resends every bucket: from the same host it takes its old
+// share over at once, with the same token bucket (Envoy keeps its limiter),
+// and the shares still sum to at most the limit.
+func TestReconnectTakesItsShareOver(t *testing.T) {
+	h := newHarness(t, perSecond30, Options{})
+	id := bucketID("user", "u")
+	a, b := h.client("q"), h.client("q")
+	h.subscribe(a, id)
+	h.subscribe(b, id)
+	for range 6 {
+		h.clock.Advance(time.Second)
+		offer(a, id, 100)
+		offer(b, id, 100)
+		h.report(a)
+		h.report(b)
+	}
+	before := a.Actions(id)
+	last := before[len(before)-1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	a.Drop()
+	testutil_wait(t, func() bool { return h.svc.Streams() == 1 })
+	h.clock.Advance(time.Second)
+	offer(a, id, 100)
+	h.report(a) // opens a new stream with every bucket
+	now := a.Actions(id)
+	got := now[len(now)-1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	if got.GetTokensPerFill().GetValue() != last.GetTokensPerFill().GetValue() || got.GetMaxTokens() != last.GetMaxTokens() || got.GetFillInterval().GetSeconds() != last.GetFillInterval().GetSeconds() {
+		t.Fatalf("after the reconnect: %v, before: %v", got, last)
+	}
+	if s := sum(rates([]*rlqstest.Client{a, b}, id)); s > 30+1e-9 {
+		t.Fatalf("shares sum to %v after the reconnect", s)
+	}
+	h.clock.Advance(time.Second)
+	offer(b, id, 100)
+	h.report(b)
+	if s := sum(rates([]*rlqstest.Client{a, b}, id)); s > 30+1e-9 {
+		t.Fatalf("shares sum to %v", s)
+	}
+}

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -20,7 +21,7 @@ type stream struct {
 	svc          *Service
 	id, host     string
 	domain       string
-	subs         map[string]*sub // by canonical bucket id
+	subs         map[uint64]*sub // by idKey
 	period       time.Duration   // learned from the reports; 0 until known
 	lastPeriodic time.Time
 	warned       map[string]bool
@@ -32,7 +33,7 @@ type stream struct {
 // sub is one bucket of a stream: a subscription.
 type sub struct {
 	id  *rlqsv3.BucketId // as Envoy sent it, echoed in every action
-	key string           // canonical id
+	key uint64           // idKey(id)
 	cfg *descriptors.Config
 	pol policy
 
@@ -101,7 +102,7 @@ func (st *stream) periodic(m *rlqsv3.RateLimitQuotaUsageReports) bool {
 	if len(us) != 1 {
 		return true
 	}
-	if _, known := st.subs[canonical(us[0].GetBucketId())]; known {
+	if sb := st.subs[idKey(us[0].GetBucketId())]; sb != nil && sameID(sb.id, us[0].GetBucketId()) {
 		return true
 	}
 	return us[0].GetTimeElapsed().GetSeconds() > 0
@@ -147,13 +148,23 @@ func (st *stream) handle(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 			continue
 		}
 		if why := checkID(id); why != "" {
+			// DENY_ALL, not the unmatched default: a request must not
+			// escape its limit by padding the header its bucket id is
+			// made of.
 			s.m.invalid("too_large")
-			st.warnOnce("large", "RLQS bucket id too large: answered with the unmatched default and not kept", "reason", why)
-			resp.BucketAction = append(resp.BucketAction, blanket(id, s.o.DenyUnmatched, ttlFor(st.reportPeriod())))
+			st.warnOnce("large", "RLQS bucket id too large: denied (DENY_ALL) and not kept", "reason", why)
+			resp.BucketAction = append(resp.BucketAction, blanket(id, true, ttlFor(st.reportPeriod())))
 			continue
 		}
-		key := canonical(id)
+		key := idKey(id)
 		sb := st.subs[key]
+		if sb != nil && !sameID(sb.id, id) {
+			// Two ids with one 64-bit key (seeded per process: nobody can
+			// aim for it): the second is answered like a refused id.
+			s.m.invalid("collision")
+			resp.BucketAction = append(resp.BucketAction, blanket(id, true, ttlFor(st.reportPeriod())))
+			continue
+		}
 		fresh := sb == nil
 		if fresh {
 			if len(st.subs) >= s.o.MaxBucketsPerStream {
@@ -398,10 +409,11 @@ func tieOf(sub string) uint64 { return maphash.String(tieSeed, sub) }
 // assign records a grant and appends its action.
 func (st *stream) assign(sb *sub, fill, tokens int64, ttl, period time.Duration, resp *rlqsv3.RateLimitQuotaResponse) {
 	s := st.svc
-	before := sb.rate()
+	before, first := sb.rate(), sb.fresh
 	sb.fill, sb.held, sb.ttl, sb.fresh, sb.shared = fill, tokens, ttl, false, true
 	rate := sb.rate()
 	switch {
+	case first: // a subscription, not a change
 	case rate > before:
 		s.m.change("raise")
 	case rate < before:
@@ -489,28 +501,45 @@ func (st *stream) close() {
 	s.m.streamClosed()
 }
 
-// canonical returns a bucket id's entries, sorted by key, each length
-// prefixed: the same string for the same map whatever its order.
-func canonical(id *rlqsv3.BucketId) string {
+// idSeed keys the buckets of a stream; it is chosen per process, so no
+// client can make two of its ids share a key on purpose.
+var idSeed = maphash.MakeSeed()
+
+// idKey returns a 64-bit key of a bucket id: the same for the same map
+// whatever its order.
+func idKey(id *rlqsv3.BucketId) uint64 {
 	kv := id.GetBucket()
 	keys := make([]string, 0, len(kv))
-	size := 0
-	for k, v := range kv {
+	for k := range kv {
 		keys = append(keys, k)
-		size += len(k) + len(v) + 8
 	}
 	slices.Sort(keys)
-	b := make([]byte, 0, size)
+	var h maphash.Hash
+	h.SetSeed(idSeed)
+	var n [8]byte
 	for _, k := range keys {
-		b = strconv.AppendInt(b, int64(len(k)), 10)
-		b = append(b, ':')
-		b = append(b, k...)
 		v := kv[k]
-		b = strconv.AppendInt(b, int64(len(v)), 10)
-		b = append(b, ':')
-		b = append(b, v...)
+		binary.LittleEndian.PutUint32(n[:4], uint32(len(k)))
+		binary.LittleEndian.PutUint32(n[4:], uint32(len(v)))
+		h.Write(n[:])
+		h.WriteString(k)
+		h.WriteString(v)
 	}
-	return string(b)
+	return h.Sum64()
+}
+
+// sameID reports whether two bucket ids hold the same map.
+func sameID(a, b *rlqsv3.BucketId) bool {
+	x, y := a.GetBucket(), b.GetBucket()
+	if len(x) != len(y) {
+		return false
+	}
+	for k, v := range x {
+		if w, ok := y[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // checkID returns why a bucket id is refused, or "".
