@@ -1,6 +1,7 @@
 // Package grpccodec is the gRPC server codec of envoy-rls: the standard
 // protobuf codec, except that the requests whose strings come from what a
-// client sent are decoded byte-exact.
+// client sent are decoded byte-exact: RLS's RateLimitRequest and RLQS's
+// usage reports (whose bucket ids RLQS responses echo, byte-exact too).
 //
 // A descriptor is bytes: Envoy copies a header into a descriptor value as it
 // came, and a header may hold any byte (0xFF, a lone continuation byte).
@@ -35,6 +36,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
@@ -79,10 +81,10 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *rlsv3.RateLimitRequest:
 		return decode(c, data, m, decodeRateLimitRequest)
+	case *rlqsv3.RateLimitQuotaUsageReports:
+		return decode(c, data, m, decodeUsageReports)
 		// Each further message decoded byte-exact gets a case here (see
-		// "Adding a message" in the package documentation), e.g.
-		//	case *rlqsv3.RateLimitQuotaUsageReports:
-		//		return decode(c, data, m, decodeUsageReports)
+		// "Adding a message" in the package documentation).
 	}
 	return c.std.Unmarshal(data, v)
 }
@@ -109,6 +111,16 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	out, err := c.std.Marshal(v)
 	if err == nil {
 		return out, nil
+	}
+	if r, ok := v.(*rlqsv3.RateLimitQuotaResponse); ok {
+		// An RLQS response echoes the bucket ids Envoy reported, which may
+		// hold any bytes (decodeUsageReports): Envoy matches them by their
+		// bytes, so they go out as they came, not repaired.
+		b, err := encodeQuotaResponse(r)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
 	m, ok := v.(proto.Message)
 	if !ok {

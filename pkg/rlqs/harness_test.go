@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoyrls/envoy-rls/internal/grpccodec"
 	"github.com/envoyrls/envoy-rls/internal/rlqstest"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
@@ -60,7 +61,9 @@ func newHarness(t *testing.T, doc string, o Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	// The server's codec, as rls.NewGRPCServer sets it: reports decoded
+	// byte-exact.
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(grpccodec.New(grpccodec.Options{})))
 	h.svc.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() {

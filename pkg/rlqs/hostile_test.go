@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
@@ -12,7 +13,12 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
@@ -271,5 +277,87 @@ func TestThousandsOfBuckets(t *testing.T) {
 	h.svc.aggMu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d buckets left in the ledger", left)
+	}
+}
+
+// rawCodec sends and receives messages as the bytes they are, so a test
+// can send what no protobuf library would encode.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+// TestNonUTF8BucketID: Envoy builds bucket ids from headers, which may
+// hold any byte, and its protobuf sends them as they are; protobuf-go
+// would refuse such a report (the stream would fail, every bucket of it
+// unassigned). The service decides the bucket on its bytes, against the
+// descriptor it matches, and echoes the id byte-exact, so Envoy finds its
+// bucket.
+func TestNonUTF8BucketID(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, `
+domain: q
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 30}
+`, Options{Registerer: reg})
+	cc := h.conn()
+	desc := &grpc.StreamDesc{StreamName: "StreamRateLimitQuotas", ServerStreams: true, ClientStreams: true}
+	st, err := cc.NewStream(context.Background(), desc, rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "user")
+	entry = protowire.AppendString(protowire.AppendTag(entry, 2, protowire.BytesType), "\xffbob\xc3")
+	id := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), entry)
+	u := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), id)
+	u = protowire.AppendVarint(protowire.AppendTag(u, 3, protowire.VarintType), 1)
+	msg := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "q")
+	msg = protowire.AppendBytes(protowire.AppendTag(msg, 2, protowire.BytesType), u)
+	if err := st.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	var resp []byte
+	if err := st.RecvMsg(&resp); err != nil {
+		t.Fatalf("no response: %v", err)
+	}
+	if !bytes.Contains(resp, id) {
+		t.Fatalf("the response does not echo the bucket id byte-exact: %q", resp)
+	}
+	// A token bucket (tokens_per_fill's wrapper), not a blanket rule.
+	if h.svc.Buckets() != 1 || !bytes.Contains(resp, []byte{0x12}) {
+		t.Fatalf("response %q, %d buckets", resp, h.svc.Buckets())
+	}
+	var rr rlqsv3.RateLimitQuotaResponse
+	if err := proto.Unmarshal(resp, &rr); err == nil {
+		t.Fatal("protobuf-go reads the response: the id was not echoed as sent")
+	}
+	// The bucket's metric label (detailed_metric puts the value in) is
+	// valid text.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), `\xffbob`) {
+					found = true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no bucket series with the escaped value")
 	}
 }

@@ -82,7 +82,7 @@ func (c bucketCollector) Collect(ch chan<- prometheus.Metric) {
 	now := s.now()
 	s.aggMu.Lock()
 	for _, a := range s.aggs {
-		l := labels{a.pol.domain, a.label}
+		l := labels{cardinality.Label(a.pol.domain, cardinality.MaxValueBytes), a.label}
 		rates[l] += a.total(now)
 		for _, d := range a.demand {
 			demand[l] += d
@@ -102,7 +102,9 @@ func (m *metrics) bucketLabel(p policy) string {
 	if m == nil {
 		return ""
 	}
-	l := cardinality.Shorten(p.statsKey, cardinality.MaxValueBytes)
+	// Bucket ids may hold any bytes (a header's); Label makes a valid,
+	// distinct label of them.
+	l := cardinality.Label(p.statsKey, cardinality.MaxValueBytes)
 	if !m.bucketCap.Admit(p.domain + "\x00" + l) {
 		return cardinality.Overflow
 	}

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoyrls/envoy-rls/internal/textsafe"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
@@ -307,12 +308,12 @@ func (st *stream) warnOnce(kind string, msg string, args ...any) {
 		return
 	}
 	st.warned[kind] = true
-	st.svc.log.Warn(msg, append([]any{"stream", st.id, "peer", st.host, "domain", st.domain}, args...)...)
+	st.svc.log.Warn(msg, append([]any{"stream", st.id, "peer", st.host, "domain", textsafe.Escape(st.domain)}, args...)...)
 }
 
 // errDomain is returned when a stream changes its domain.
 func errDomain(was, is string) error {
-	return status.Errorf(codes.InvalidArgument, "RLQS report for domain %q on a stream of domain %q: one stream carries one domain", is, was)
+	return status.Errorf(codes.InvalidArgument, "RLQS report for domain %q on a stream of domain %q: one stream carries one domain", textsafe.Escape(is), textsafe.Escape(was))
 }
 
 // String names the stream in logs.
