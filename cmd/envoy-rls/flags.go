@@ -18,23 +18,22 @@ type options struct {
 	xdsOptions
 	rlqsOptions
 	Obs         observabilityOptions
+	Decisions   decisionOptions
+	Response    responseOptions
 	Config      string
 	GRPCAddr    string
 	HTTPAddr    string
 	WatchConfig bool
 
-	Backend         backendKind
-	MaxKeys         int
-	MaxMemory       byteSize
-	PenaltyKeys     int
-	FailureMode     rls.FailureMode
-	LocalShare      float64
-	BackendTimeout  time.Duration
-	KeyPrefix       string
-	ShutdownGrace   time.Duration
-	ShadowMode      bool
-	ResponseHeaders rls.HeaderMode
-	OverLimitBody   string
+	Backend        backendKind
+	MaxKeys        int
+	MaxMemory      byteSize
+	PenaltyKeys    int
+	FailureMode    rls.FailureMode
+	LocalShare     float64
+	BackendTimeout time.Duration
+	KeyPrefix      string
+	ShutdownGrace  time.Duration
 
 	GRPCMaxConcurrentStreams  int
 	GRPCStreamWorkers         int
@@ -47,8 +46,6 @@ type options struct {
 	HTTPWriteTimeout          time.Duration
 	HTTPIdleTimeout           time.Duration
 	HTTPMaxConnections        int
-
-	ResponseDynamicMetadata bool
 
 	// redisConn is the main Redis (--redis-*); PerSecond the Redis of
 	// the per-second counters (--redis-persecond-*), when it has a server.
@@ -93,8 +90,6 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.BackendTimeout, "backend-timeout", time.Second, "cap on the backend wait per request: a call waits until the caller's deadline less a margin for answering, at most this long (alone when the caller sends no deadline)")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
-	fs.BoolVar(&o.ShadowMode, "shadow-mode", false, "answer OK overall whatever the limits decide (statuses and metrics still tell), to try a config safely")
-	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return dynamic_metadata as the reference does with RESPONSE_DYNAMIC_METADATA=true: domain, descriptors, hitsAddend and the metadata of the passed descriptors")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
 	fs.IntVar(&o.GRPCStreamWorkers, "grpc-stream-workers", defaultGRPCStreamWorkers, "goroutines that run gRPC calls one after another, sparing each call a new goroutine and the growth of its stack; a call finding all busy gets its own goroutine (0: a goroutine per call)")
 	o.GRPCMaxRecvMsgSize = defaultGRPCMaxRecvMsgSize
@@ -107,14 +102,14 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
 	fs.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
 	fs.IntVar(&o.HTTPMaxConnections, "http-max-connections", defaultHTTPMaxConnections, "most connections open at once on the HTTP listener (--http-addr); one beyond it is closed as soon as it is accepted")
-	fs.TextVar(&o.ResponseHeaders, "response-headers", rls.HeadersOff, "quota headers added to responses: off, ietf (RateLimit-Policy and RateLimit), draft03 (X-RateLimit-*), legacy (RateLimit-Limit/-Remaining/-Reset; true means legacy, false off) or all; Retry-After comes with every OVER_LIMIT whatever this says")
-	fs.StringVar(&o.OverLimitBody, "over-limit-body", "", `JSON body of OVER_LIMIT answers (raw_body), with {{rule}}, {{domain}}, {{descriptor_index}} and {{retry_after}} filled in, e.g. {"error":"rate_limited","rule":"{{rule}}","retry_after":{{retry_after}}}`)
 	addRedisFlags(fs, &o.redisConn, "redis-")
 	addRedisFlags(fs, &o.PerSecond, perSecondPrefix)
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
 	fs.DurationVar(&o.BackendFailureLogInterval, "backend-failure-log-interval", 10*time.Second, "while backend calls keep failing, one log line per interval counts them and names their causes")
 	addXDSFlags(fs, &o.xdsOptions)
 	addRLQSFlags(fs, &o.rlqsOptions)
+	o.Decisions.addFlags(c.section("Decisions"))
+	o.Response.addFlags(c.section("Responses"))
 	o.Obs.addFlags(c.section("Observability"))
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
@@ -173,11 +168,7 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive", d.name))
 		}
 	}
-	if o.OverLimitBody != "" {
-		if _, err := rls.ParseBodyTemplate(o.OverLimitBody); err != nil {
-			errs = append(errs, fmt.Errorf("--over-limit-body: %v", err))
-		}
-	}
+	errs = append(errs, o.Response.validate()...)
 	errs = append(errs, o.Obs.validate()...)
 	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
 		errs = append(errs, fmt.Errorf("--local-share %v: want a share in (0, 1]", o.LocalShare))

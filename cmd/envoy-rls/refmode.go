@@ -54,7 +54,7 @@ type xdsOptions struct {
 }
 
 func addXDSFlags(fs *flag.FlagSet, o *xdsOptions) {
-	addLoadFlags(fs, &o.loadOptions)
+	addFileFlags(fs, &o.loadOptions)
 	fs.StringVar(&o.ConfigXDS, "config-xds", "", "take the descriptor config from this xDS control plane (host:port; ADS, state of the world, type ratelimit.config.ratelimit.v3.RateLimitConfig) instead of --config")
 	fs.StringVar(&o.XDSNodeID, "xds-node-id", "envoy-ratelimit", "node id sent to the xDS control plane (Envoy Gateway serves envoy-ratelimit)")
 	fs.StringVar(&o.XDSNodeMetadata, "xds-node-metadata", "", "node metadata sent to the control plane: key=value[,key=value...]")
@@ -115,7 +115,7 @@ func applyReference(fs *flag.FlagSet, o *options, lookup refenv.Lookup) error {
 
 // validateXDS checks the settings of this file together.
 func (o options) validateXDS() []error {
-	errs := o.validateLoad()
+	var errs []error
 	if o.ConfigXDS != "" && o.Config != "" {
 		errs = append(errs, errors.New("--config and --config-xds exclude each other"))
 	}

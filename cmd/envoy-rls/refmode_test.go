@@ -43,7 +43,7 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
 		o.MetricsAddr != ":19001" || !o.Obs.ReferenceMetrics || o.Obs.LogLevel != logLevel(slog.LevelInfo) ||
 		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second ||
-		o.UsageAccounting != descriptors.UsageAuto {
+		o.Decisions.UsageAccounting != descriptors.UsageAuto {
 		t.Fatalf("options = %+v", o)
 	}
 }
@@ -59,8 +59,8 @@ func TestUsageAccountingUnderTheReferenceEnvironment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.reference == nil || o.ConfigXDS == "" || o.UsageAccounting.String() != v {
-			t.Fatalf("ENVOY_RLS_USAGE_ACCOUNTING=%s: reference %v, xds %q, usage accounting %v", v, o.reference != nil, o.ConfigXDS, o.UsageAccounting)
+		if o.reference == nil || o.ConfigXDS == "" || o.Decisions.UsageAccounting.String() != v {
+			t.Fatalf("ENVOY_RLS_USAGE_ACCOUNTING=%s: reference %v, xds %q, usage accounting %v", v, o.reference != nil, o.ConfigXDS, o.Decisions.UsageAccounting)
 		}
 	}
 }
@@ -125,8 +125,8 @@ func TestReferenceModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ResponseHeaders != rls.HeadersLegacy || !o.ShadowMode || o.Obs.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
-		t.Fatalf("headers %v shadow %v near %v prefix %q", o.ResponseHeaders, o.ShadowMode, o.Obs.NearLimitRatio, o.KeyPrefix)
+	if o.Response.Headers != rls.HeadersLegacy || !o.Decisions.ShadowMode || o.Obs.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
+		t.Fatalf("headers %v shadow %v near %v prefix %q", o.Response.Headers, o.Decisions.ShadowMode, o.Obs.NearLimitRatio, o.KeyPrefix)
 	}
 }
 
@@ -144,8 +144,8 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 	}
 	lo := o.descriptorOptions()
 	if o.Config != "/data/ratelimit/config" || !lo.Recursive || !lo.AllFiles || !lo.Dotfiles || !lo.MergeDomains || !lo.Lenient ||
-		!o.ForceStart || !o.QuotaMode || o.ResponseHeaders != rls.HeadersLegacy ||
-		o.legacyNames() != (rlheaders.LegacyNames{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset"}) {
+		!o.ForceStart || !o.Decisions.QuotaMode || o.Response.Headers != rls.HeadersLegacy ||
+		o.Response.legacyNames() != (rlheaders.LegacyNames{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset"}) {
 		t.Fatalf("options = %+v", o)
 	}
 	// Native defaults: envoy-rls's own layout, fail fast.
@@ -153,7 +153,7 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lo := o.descriptorOptions(); lo != (descriptors.Options{}) || o.ForceStart || o.legacyNames() != rlheaders.DefaultLegacyNames {
+	if lo := o.descriptorOptions(); lo != (descriptors.Options{}) || o.ForceStart || o.Response.legacyNames() != rlheaders.DefaultLegacyNames {
 		t.Fatalf("native defaults = %+v", o)
 	}
 	// Lenient natively on request, by flag or variable (check-config too).

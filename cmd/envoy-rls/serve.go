@@ -121,10 +121,6 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if traceCfg.Enabled {
 		log.Info("tracing on", "protocol", traceCfg.Protocol, "service", traceCfg.ServiceName, "sampling_rate", traceCfg.SamplingRate)
 	}
-	var overLimitBody *rls.BodyTemplate
-	if o.OverLimitBody != "" {
-		overLimitBody, _ = rls.ParseBodyTemplate(o.OverLimitBody) // validated
-	}
 
 	// The store reports the requests its local fallback decided to the
 	// service's failure log, which exists only once the service does.
@@ -140,19 +136,19 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	s.svc = rls.New(s.store, cfg, rls.Options{
 		FailureMode:             o.FailureMode,
 		BackendTimeout:          o.BackendTimeout,
-		ShadowMode:              o.ShadowMode,
-		ResponseHeaders:         o.ResponseHeaders,
-		LegacyHeaderNames:       o.legacyNames(),
-		QuotaMode:               o.QuotaMode,
-		UsageAccounting:         o.UsageAccounting,
-		OverLimitBody:           overLimitBody,
+		ShadowMode:              o.Decisions.ShadowMode,
+		ResponseHeaders:         o.Response.Headers,
+		LegacyHeaderNames:       o.Response.legacyNames(),
+		QuotaMode:               o.Decisions.QuotaMode,
+		UsageAccounting:         o.Decisions.UsageAccounting,
+		OverLimitBody:           o.Response.body,
 		NearLimitRatio:          o.Obs.NearLimitRatio,
 		Tracer:                  s.tracing.Tracer,
 		Propagator:              s.tracing.Propagator,
 		Logger:                  log,
 		Metrics:                 s.metrics,
 		LogInterval:             o.BackendFailureLogInterval,
-		ResponseDynamicMetadata: o.ResponseDynamicMetadata,
+		ResponseDynamicMetadata: o.Response.DynamicMetadata,
 	})
 	svc.Store(s.svc)
 
