@@ -12,14 +12,12 @@ import (
 // when --backend is not given.
 var redisAddrFlags = []string{"redis-url", "redis-sentinel", "redis-cluster"}
 
-// Flags that bound an embedded store: the memory backend's, or the redis
-// backend's fallback store under --failure-mode local (the redis backend
-// refuses them in the other failure modes, which keep no store). The redis
-// backend alone reads every other --redis-* flag, --key-prefix and
-// --local-deny-cache.
-var memoryOnlyFlags = []string{"max-keys", "max-memory", "penalty-keys"}
-
-// redisOnly reports whether only the redis backend reads flag name.
+// redisOnly reports whether only the redis backend reads flag name: every
+// --redis-* flag but the addresses, which select it, --key-prefix and
+// --local-deny-cache. The flags of the embedded store (memoryFlags) are
+// the memory backend's, or the redis backend's fallback store under
+// --failure-mode local (refused in the other failure modes, which keep no
+// store).
 func redisOnly(name string) bool {
 	switch name {
 	case "redis-url", "redis-sentinel", "redis-cluster":
@@ -71,9 +69,9 @@ func (o *options) selectBackend() error {
 			return err
 		}
 	case "redis":
-		for _, f := range memoryOnlyFlags {
-			if c.given(f) && o.FailureMode != rls.FailLocal {
-				return fmt.Errorf("%s applies to the memory backend and to the fallback store of --failure-mode local; the backend is redis (selected by %s) and the failure mode %s keeps no store", c.source(f), o.BackendFrom, o.FailureMode)
+		for _, f := range memoryFlags {
+			if c.given(f) && o.Failure.Mode != rls.FailLocal {
+				return fmt.Errorf("%s applies to the memory backend and to the fallback store of --failure-mode local; the backend is redis (selected by %s) and the failure mode %s keeps no store", c.source(f), o.BackendFrom, o.Failure.Mode)
 			}
 		}
 	}

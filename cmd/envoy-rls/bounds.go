@@ -62,8 +62,6 @@ const (
 	// The range of --grpc-max-recv-msg-size.
 	minGRPCMaxRecvMsgSize = 1 << 10
 	maxGRPCMaxRecvMsgSize = 1 << 30
-	// minMaxMemory is the least --max-memory.
-	minMaxMemory = 1 << 20
 	// grpcKeepaliveMinTime is the least interval between a client's
 	// keepalive pings; a client that pings more often is disconnected.
 	grpcKeepaliveMinTime = 10 * time.Second

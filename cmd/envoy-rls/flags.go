@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -25,15 +24,15 @@ type options struct {
 	HTTPAddr    string
 	WatchConfig bool
 
-	Backend        backendKind
-	MaxKeys        int
-	MaxMemory      byteSize
-	PenaltyKeys    int
-	FailureMode    rls.FailureMode
-	LocalShare     float64
-	BackendTimeout time.Duration
-	KeyPrefix      string
-	ShutdownGrace  time.Duration
+	// Backend is --backend, settled by validate; BackendFrom names what
+	// selected it.
+	Backend     backendKind
+	BackendFrom string
+	Memory      memoryOptions
+	Failure     failureOptions
+
+	KeyPrefix     string
+	ShutdownGrace time.Duration
 
 	GRPCMaxConcurrentStreams  int
 	GRPCStreamWorkers         int
@@ -53,12 +52,9 @@ type options struct {
 	PerSecond      redisConn
 	LocalDenyCache bool
 
-	BackendFailureLogInterval time.Duration
-
 	// cmd is the parsed command line, for messages naming where a value
-	// came from; BackendFrom names what selected the backend.
-	cmd         *command
-	BackendFrom string
+	// came from.
+	cmd *command
 }
 
 // envName is the environment variable of a flag.
@@ -80,14 +76,8 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
-	fs.IntVar(&o.MaxKeys, "max-keys", memory.DefaultMaxKeys, "embedded store (memory backend, or redis's --failure-mode local fallback): most counter keys held; beyond it, the keys least likely to be used again are evicted")
-	o.MaxMemory = memory.DefaultMaxMemory
-	fs.TextVar(&o.MaxMemory, "max-memory", &o.MaxMemory, "embedded store: most estimated bytes of counter keys held (key bytes + about 240 per key), e.g. 256MiB or 1GB; with --max-keys, whichever binds first")
-	fs.IntVar(&o.PenaltyKeys, "penalty-keys", memory.DefaultPenaltyKeys, "embedded store: most exhausted keys kept denied after eviction until their state is fresh (about 130 bytes each; 0 disables)")
-	fs.TextVar(&o.FailureMode, "failure-mode", rls.FailLocal, "when Redis fails or cannot answer in time: local (decide on an embedded store, write the allowed hits back later), allow (answer OK, write the hits back later) or deny (answer UNAVAILABLE so Envoy's failure_mode_deny applies)")
-	fs.Float64Var(&o.LocalShare, "local-share", 1, "failure mode local: the share of each limit an instance allows on its own while Redis is away, in (0, 1] (1/N for N instances bounds the outage to the limit)")
-	fs.DurationVar(&o.BackendTimeout, "backend-timeout", time.Second, "cap on the backend wait per request: a call waits until the caller's deadline less a margin for answering, at most this long (alone when the caller sends no deadline)")
+	c.section("Store").TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
+	o.Memory.addFlags(c.section("Store"))
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 5*time.Second, "longest wait for requests in flight on SIGTERM")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
@@ -105,7 +95,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	addRedisFlags(fs, &o.redisConn, "redis-")
 	addRedisFlags(fs, &o.PerSecond, perSecondPrefix)
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
-	fs.DurationVar(&o.BackendFailureLogInterval, "backend-failure-log-interval", 10*time.Second, "while backend calls keep failing, one log line per interval counts them and names their causes")
+	o.Failure.addFlags(c.section("Failure policy"))
 	addXDSFlags(fs, &o.xdsOptions)
 	addRLQSFlags(fs, &o.rlqsOptions)
 	o.Decisions.addFlags(c.section("Decisions"))
@@ -170,20 +160,12 @@ func (o *options) validate() error {
 	}
 	errs = append(errs, o.Response.validate()...)
 	errs = append(errs, o.Obs.validate()...)
-	if !(o.LocalShare > 0 && o.LocalShare <= 1) {
-		errs = append(errs, fmt.Errorf("--local-share %v: want a share in (0, 1]", o.LocalShare))
-	}
-	if o.BackendTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%s: must not be negative", o.cmd.value("backend-timeout", o.BackendTimeout.String())))
-	}
-	if o.BackendFailureLogInterval <= 0 {
-		errs = append(errs, fmt.Errorf("%s: must be positive", o.cmd.value("backend-failure-log-interval", o.BackendFailureLogInterval.String())))
-	}
+	errs = append(errs, o.Failure.validate(o.cmd)...)
 	if err := o.selectBackend(); err != nil {
 		return errors.Join(append(errs, err)...) // the rest depends on the backend
 	}
-	if o.Backend == "memory" || o.FailureMode == rls.FailLocal {
-		errs = append(errs, o.validateEmbedded()...)
+	if o.Backend == "memory" || o.Failure.Mode == rls.FailLocal {
+		errs = append(errs, o.Memory.validate(o.cmd)...)
 	}
 	switch o.Backend {
 	case "redis":
@@ -191,22 +173,6 @@ func (o *options) validate() error {
 		errs = append(errs, o.validatePerSecond()...)
 	}
 	return errors.Join(errs...)
-}
-
-// validateEmbedded checks the bounds of the embedded store (the memory
-// backend's, or the fallback of --failure-mode local).
-func (o *options) validateEmbedded() []error {
-	var errs []error
-	if o.MaxKeys < 1 {
-		errs = append(errs, errors.New("--max-keys must be at least 1"))
-	}
-	if o.MaxMemory < minMaxMemory {
-		errs = append(errs, fmt.Errorf("%s: want at least %s", o.cmd.value("max-memory", formatSize(uint64(o.MaxMemory))), formatSize(minMaxMemory)))
-	}
-	if o.PenaltyKeys < 0 {
-		errs = append(errs, fmt.Errorf("%s: must not be negative (0 disables the penalty set)", o.cmd.value("penalty-keys", fmt.Sprint(o.PenaltyKeys))))
-	}
-	return errs
 }
 
 // parseCheck parses check-config's flags. On -h it writes the usage to out

@@ -37,7 +37,7 @@ func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFal
 		main.Close()
 		return nil, fmt.Errorf("per-second redis: %w", err)
 	}
-	s := split.New(main, ps, split.Options{ContinueOnError: o.FailureMode == rls.FailOpen})
+	s := split.New(main, ps, split.Options{ContinueOnError: o.Failure.Mode == rls.FailOpen})
 	stat := func(name, help string, f func(split.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(s.Stats())) })

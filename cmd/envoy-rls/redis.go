@@ -51,11 +51,10 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	// in time: decide on an embedded store (local), or answer OK (allow);
 	// either way the hits allowed are written back to Redis later.
 	var fallback *memory.Store
-	switch o.FailureMode {
+	switch o.Failure.Mode {
 	case rls.FailLocal:
-		fallback = memory.New(memoryOptions(o)...)
-		registerMemoryMetrics(reg, fallback)
-		ro.Fallback, ro.FallbackShare, ro.OnFallback = fallback, o.LocalShare, onFallback
+		fallback = o.Memory.newStore(reg)
+		ro.Fallback, ro.FallbackShare, ro.OnFallback = fallback, o.Failure.LocalShare, onFallback
 	case rls.FailOpen:
 		ro.CountFailedOpen = true
 	}
@@ -89,7 +88,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	case tlsConf != nil || c.RedisURL.tls():
 		tlsMode = "on"
 	}
-	log.Info("redis backend", "mode", c.mode(), "tls", tlsMode, "batch_window", c.RedisBatchWindow, "batch_size", c.RedisBatchSize, "pipelines", c.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.FailureMode.String())
+	log.Info("redis backend", "mode", c.mode(), "tls", tlsMode, "batch_window", c.RedisBatchWindow, "batch_size", c.RedisBatchSize, "pipelines", c.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.Failure.Mode.String())
 	registerRedisMetrics(reg, r)
 	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},

@@ -20,7 +20,6 @@ import (
 
 	"github.com/envoyrls/envoy-rls/internal/tracing"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
-	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rlqs"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
@@ -134,8 +133,8 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		return s, err
 	}
 	s.svc = rls.New(s.store, cfg, rls.Options{
-		FailureMode:             o.FailureMode,
-		BackendTimeout:          o.BackendTimeout,
+		FailureMode:             o.Failure.Mode,
+		BackendTimeout:          o.Failure.BackendTimeout,
 		ShadowMode:              o.Decisions.ShadowMode,
 		ResponseHeaders:         o.Response.Headers,
 		LegacyHeaderNames:       o.Response.legacyNames(),
@@ -147,7 +146,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		Propagator:              s.tracing.Propagator,
 		Logger:                  log,
 		Metrics:                 s.metrics,
-		LogInterval:             o.BackendFailureLogInterval,
+		LogInterval:             o.Failure.LogInterval,
 		ResponseDynamicMetadata: o.Response.DynamicMetadata,
 	})
 	svc.Store(s.svc)
@@ -208,7 +207,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	readyDone := make(chan struct{})
 	go func() {
 		defer close(readyDone)
-		s.ready.watch(rctx, s.store, log, max(o.RedisDialTimeout, time.Second), o.BackendFailureLogInterval)
+		s.ready.watch(rctx, s.store, log, max(o.RedisDialTimeout, time.Second), o.Failure.LogInterval)
 	}()
 	s.stopReady = func() { cancel(); <-readyDone }
 
@@ -255,8 +254,6 @@ func newStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback
 	case "redis":
 		return newRedisStore(o, reg, log, onFallback)
 	default:
-		m := memory.New(memoryOptions(o)...)
-		registerMemoryMetrics(reg, m)
-		return m, nil
+		return o.Memory.newStore(reg), nil
 	}
 }

@@ -8,16 +8,6 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
-// memoryOptions are the bounds of an embedded store: the memory backend's,
-// and the local failure mode's fallback store's.
-func memoryOptions(o options) []memory.Option {
-	return []memory.Option{
-		memory.WithMaxKeys(o.MaxKeys),
-		memory.WithMaxMemory(uint64(o.MaxMemory)),
-		memory.WithPenaltyKeys(o.PenaltyKeys),
-	}
-}
-
 // registerMemoryMetrics exports the memory store's counters (the metrics
 // are defined in pkg/rls/metrics.go).
 func registerMemoryMetrics(reg prometheus.Registerer, m *memory.Store) {

@@ -103,7 +103,7 @@ type Options struct {
 	Metrics *Metrics
 	// LogInterval is the interval of the backend failure summaries: while
 	// failures continue, one line per interval counts them and names their
-	// causes. Default 10s.
+	// causes. Zero means DefaultLogInterval.
 	LogInterval time.Duration
 	// ShadowMode answers OK overall whatever the limits decide (like the
 	// reference server's SHADOW_MODE): descriptor statuses still say
@@ -190,6 +190,10 @@ type Service struct {
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
+// DefaultLogInterval is the interval of the backend failure summaries
+// when Options.LogInterval is zero.
+const DefaultLogInterval = 10 * time.Second
+
 // New returns a Service deciding with store under config cfg (which may be
 // nil: every descriptor is then allowed until SetConfig).
 func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
@@ -199,7 +203,7 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 		s.log = slog.Default()
 	}
 	if s.opts.LogInterval <= 0 {
-		s.opts.LogInterval = 10 * time.Second
+		s.opts.LogInterval = DefaultLogInterval
 	}
 	s.fails = newFailureLog(s.log, s.opts.LogInterval, s.opts.FailureMode, s.opts.BackendTimeout)
 	s.unknown = newSampleLog(s.log, "unknown domain: allowed without limits", time.Second)
