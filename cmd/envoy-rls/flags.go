@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoyrls/envoy-rls/internal/refenv"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -14,15 +15,18 @@ var errHelp = errors.New("help requested")
 
 // options is every setting of `serve`, parsed once here and passed down.
 type options struct {
-	xdsOptions
 	rlqsOptions
-	Obs         observabilityOptions
-	Decisions   decisionOptions
-	Response    responseOptions
-	Config      string
-	GRPCAddr    string
-	HTTPAddr    string
-	WatchConfig bool
+	Source    sourceOptions
+	GRPCTLS   grpcTLSOptions
+	Obs       observabilityOptions
+	Decisions decisionOptions
+	Response  responseOptions
+	GRPCAddr  string
+	HTTPAddr  string
+
+	DebugAddr   string
+	MetricsAddr string
+	MetricsPath string
 
 	// Backend is --backend, settled by validate; BackendFrom names what
 	// selected it.
@@ -55,6 +59,9 @@ type options struct {
 	// cmd is the parsed command line, for messages naming where a value
 	// came from.
 	cmd *command
+	// reference is the reference environment's translation when it was
+	// read (no --config and no --config-xds given), else nil.
+	reference *refenv.Result
 }
 
 // envName is the environment variable of a flag.
@@ -72,10 +79,12 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	c := newCommand("serve", serveSynopsis, true)
 	o.cmd = c
 	fs := c.fs
-	fs.StringVar(&o.Config, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	o.Source.addFlags(c.section("Config source"))
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
-	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
+	fs.StringVar(&o.DebugAddr, "debug-addr", "", "debug listener: /rlconfig (the loaded limits), /debug/pprof/; empty disables it")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "", "a separate Prometheus listener (as the reference's PROMETHEUS_ADDR); /metrics on --http-addr stays")
+	fs.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics on --metrics-addr")
 	c.section("Store").TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
 	o.Memory.addFlags(c.section("Store"))
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
@@ -96,11 +105,12 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	addRedisFlags(fs, &o.PerSecond, perSecondPrefix)
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
 	o.Failure.addFlags(c.section("Failure policy"))
-	addXDSFlags(fs, &o.xdsOptions)
 	addRLQSFlags(fs, &o.rlqsOptions)
 	o.Decisions.addFlags(c.section("Decisions"))
 	o.Response.addFlags(c.section("Responses"))
 	o.Obs.addFlags(c.section("Observability"))
+	o.GRPCTLS.addFlags(c.section("gRPC TLS"))
+	o.Source.XDS.addFlags(c.section("xDS client"))
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			c.usage(out)
@@ -120,10 +130,11 @@ func parseServe(args []string, out io.Writer) (options, error) {
 // validate checks the options together.
 func (o *options) validate() error {
 	var errs []error
-	if o.Config == "" && o.ConfigXDS == "" {
-		errs = append(errs, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG; --config-xds takes the config from a control plane)"))
+	errs = append(errs, o.Source.validate()...)
+	errs = append(errs, o.GRPCTLS.validate()...)
+	if !strings.HasPrefix(o.MetricsPath, "/") {
+		errs = append(errs, errors.New("--metrics-path must start with /"))
 	}
-	errs = append(errs, o.validateXDS()...)
 	errs = append(errs, o.validateRLQS()...)
 	if o.GRPCAddr == "" {
 		errs = append(errs, errors.New("--grpc-addr must not be empty"))
@@ -183,8 +194,9 @@ func parseCheck(args []string, out io.Writer) (string, loadOptions, error) {
 		lo   loadOptions
 	)
 	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config] [--config-lenient] [--rlqs]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0); with --config-lenient, what was accepted as the reference server accepts it as file:line: warning: reason.", true)
-	c.fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
-	addFileFlags(c.fs, &lo)
+	fs := c.section("Flags")
+	fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	lo.addFlags(fs)
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			c.usage(out)

@@ -20,7 +20,7 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Config != "/etc/rls" || o.Backend != "redis" || o.Failure.BackendTimeout != 25*time.Millisecond {
+	if o.Source.Config != "/etc/rls" || o.Backend != "redis" || o.Failure.BackendTimeout != 25*time.Millisecond {
 		t.Fatalf("environment not applied: %+v", o)
 	}
 	if o.GRPCMaxConnections != 12 || o.GRPCMaxConnectionIdle != 90*time.Second || o.GRPCStreamWorkers != 0 {

@@ -71,10 +71,10 @@ func (s *server) close() {
 // previous config keeps serving. With --config-xds it does nothing: the
 // control plane sends every change.
 func (s *server) reload(reason string) {
-	if s.o.ConfigXDS != "" {
+	if s.o.Source.ConfigXDS != "" {
 		return
 	}
-	next, err := descriptors.LoadWith(s.o.Config, s.o.descriptorOptions())
+	next, err := descriptors.LoadWith(s.o.Source.Config, s.o.Source.Load.descriptorOptions())
 	s.metrics.ConfigLoad(err)
 	if err != nil {
 		if s.svc.Config() == nil {
@@ -103,18 +103,14 @@ func (s *server) run(ctx context.Context) error {
 			}
 		}()
 	}
-	stopWatch := watchConfig(ctx, o, log, s.hup, s.reload)
+	stopWatch := watchConfig(ctx, o.Source, log, s.hup, s.reload)
 	defer stopWatch()
 
 	grpcErr := make(chan error, 1)
 	go func() { grpcErr <- s.grpcSrv.Serve(grpcLis) }()
 	// The servers own the listeners now.
 	s.grpcLis, s.httpLis = nil, nil
-	source := o.Config
-	if o.ConfigXDS != "" {
-		source = "xds://" + o.ConfigXDS
-	}
-	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "backend_selected_by", o.BackendFrom, "config", source, "domains", len(s.svc.Config().Domains()), "grpc_tls", o.GRPCTLSCert != ""}
+	attrs := []any{"grpc", grpcLis.Addr().String(), "backend", o.Backend, "backend_selected_by", o.BackendFrom, "config", o.Source.name(), "domains", len(s.svc.Config().Domains()), "grpc_tls", o.GRPCTLS.on()}
 	attrs = append(attrs, s.extra.attrs...)
 	if httpLis != nil {
 		attrs = append(attrs, "http", httpLis.Addr().String())

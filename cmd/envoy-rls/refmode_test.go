@@ -37,9 +37,9 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.reference == nil || o.Config != "" || o.ConfigXDS != "envoy-gateway:18001" || o.XDSNodeID != "envoy-ratelimit" ||
-		!o.XDSTLS || o.XDSTLSCert != "/certs/tls.crt" || o.XDSTLSCA != "/certs/ca.crt" || !o.ForceStart || !o.ConfigLenient ||
-		o.GRPCTLSCert != "/certs/tls.crt" || o.GRPCTLSClientCA != "/certs/ca.crt" ||
+	if o.reference == nil || o.Source.Config != "" || o.Source.ConfigXDS != "envoy-gateway:18001" || o.Source.XDS.NodeID != "envoy-ratelimit" ||
+		!o.Source.XDS.TLS || o.Source.XDS.TLSCert != "/certs/tls.crt" || o.Source.XDS.TLSCA != "/certs/ca.crt" || !o.Source.ForceStart || !o.Source.Load.ConfigLenient ||
+		o.GRPCTLS.Cert != "/certs/tls.crt" || o.GRPCTLS.ClientCA != "/certs/ca.crt" ||
 		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
 		o.MetricsAddr != ":19001" || !o.Obs.ReferenceMetrics || o.Obs.LogLevel != logLevel(slog.LevelInfo) ||
 		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second ||
@@ -59,8 +59,8 @@ func TestUsageAccountingUnderTheReferenceEnvironment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.reference == nil || o.ConfigXDS == "" || o.Decisions.UsageAccounting.String() != v {
-			t.Fatalf("ENVOY_RLS_USAGE_ACCOUNTING=%s: reference %v, xds %q, usage accounting %v", v, o.reference != nil, o.ConfigXDS, o.Decisions.UsageAccounting)
+		if o.reference == nil || o.Source.ConfigXDS == "" || o.Decisions.UsageAccounting.String() != v {
+			t.Fatalf("ENVOY_RLS_USAGE_ACCOUNTING=%s: reference %v, xds %q, usage accounting %v", v, o.reference != nil, o.Source.ConfigXDS, o.Decisions.UsageAccounting)
 		}
 	}
 }
@@ -73,7 +73,7 @@ func TestNativeSettingsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.GRPCAddr != "127.0.0.1:1" || o.Obs.LogLevel != logLevel(slog.LevelError) || o.Config != "/data/config" || o.WatchRoot != "/data" {
+	if o.GRPCAddr != "127.0.0.1:1" || o.Obs.LogLevel != logLevel(slog.LevelError) || o.Source.Config != "/data/config" || o.Source.WatchRoot != "/data" {
 		t.Fatalf("options = %+v", o)
 	}
 	// With --config the reference environment is not read at all.
@@ -107,13 +107,13 @@ func TestClientVerificationOptOut(t *testing.T) {
 		"GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt",
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"})
 	o, err := parseServe(nil, io.Discard)
-	if err != nil || o.GRPCTLSClientCA != "/certs/ca.crt" {
-		t.Fatalf("client CA = %q, %v", o.GRPCTLSClientCA, err)
+	if err != nil || o.GRPCTLS.ClientCA != "/certs/ca.crt" {
+		t.Fatalf("client CA = %q, %v", o.GRPCTLS.ClientCA, err)
 	}
 	t.Setenv("ENVOY_RLS_GRPC_TLS_CLIENT_CA", "")
 	o, err = parseServe(nil, io.Discard)
-	if err != nil || o.GRPCTLSClientCA != "" || o.GRPCTLSCert != "/certs/tls.crt" {
-		t.Fatalf("opt-out: client CA = %q, cert %q, %v", o.GRPCTLSClientCA, o.GRPCTLSCert, err)
+	if err != nil || o.GRPCTLS.ClientCA != "" || o.GRPCTLS.Cert != "/certs/tls.crt" {
+		t.Fatalf("opt-out: client CA = %q, cert %q, %v", o.GRPCTLS.ClientCA, o.GRPCTLS.Cert, err)
 	}
 }
 
@@ -142,9 +142,9 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lo := o.descriptorOptions()
-	if o.Config != "/data/ratelimit/config" || !lo.Recursive || !lo.AllFiles || !lo.Dotfiles || !lo.MergeDomains || !lo.Lenient ||
-		!o.ForceStart || !o.Decisions.QuotaMode || o.Response.Headers != rls.HeadersLegacy ||
+	lo := o.Source.Load.descriptorOptions()
+	if o.Source.Config != "/data/ratelimit/config" || !lo.Recursive || !lo.AllFiles || !lo.Dotfiles || !lo.MergeDomains || !lo.Lenient ||
+		!o.Source.ForceStart || !o.Decisions.QuotaMode || o.Response.Headers != rls.HeadersLegacy ||
 		o.Response.legacyNames() != (rlheaders.LegacyNames{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset"}) {
 		t.Fatalf("options = %+v", o)
 	}
@@ -153,12 +153,12 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lo := o.descriptorOptions(); lo != (descriptors.Options{}) || o.ForceStart || o.Response.legacyNames() != rlheaders.DefaultLegacyNames {
+	if lo := o.Source.Load.descriptorOptions(); lo != (descriptors.Options{}) || o.Source.ForceStart || o.Response.legacyNames() != rlheaders.DefaultLegacyNames {
 		t.Fatalf("native defaults = %+v", o)
 	}
 	// Lenient natively on request, by flag or variable (check-config too).
 	t.Setenv("ENVOY_RLS_CONFIG_LENIENT", "true")
-	if o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !o.descriptorOptions().Lenient {
+	if o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !o.Source.Load.descriptorOptions().Lenient {
 		t.Fatalf("ENVOY_RLS_CONFIG_LENIENT: %+v, %v", o, err)
 	}
 	if _, lo, err := parseCheck([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !lo.descriptorOptions().Lenient {

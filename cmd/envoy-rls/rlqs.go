@@ -44,7 +44,7 @@ func addRLQSFlags(fs *flag.FlagSet, o *rlqsOptions) {
 }
 
 func (o *options) validateRLQS() []error {
-	if !o.RLQS {
+	if !o.Source.Load.RLQS {
 		return nil
 	}
 	var errs []error
@@ -92,7 +92,7 @@ func (d *rlqsDefault) UnmarshalText(b []byte) error {
 // life, and RLS calls must still find theirs); RLS requests held to
 // --grpc-max-recv-msg-size once read.
 func rlqsServerOptions(o options) []grpc.ServerOption {
-	if !o.RLQS {
+	if !o.Source.Load.RLQS {
 		return nil
 	}
 	opts := []grpc.ServerOption{
@@ -128,7 +128,7 @@ func maxRequestSize(limit int) grpc.UnaryServerInterceptor {
 // (every instance on that Redis divides each limit), else in the process.
 func (s *server) startRLQS() {
 	o := s.o
-	if !o.RLQS {
+	if !o.Source.Load.RLQS {
 		return
 	}
 	var shares rlqs.Shares

@@ -34,11 +34,11 @@ import (
 // size under 4 MiB, and makes the loader refuse two-way buckets.
 func TestRLQSFlags(t *testing.T) {
 	o, err := parseServe([]string{"--config", "x.yaml"}, io.Discard)
-	if err != nil || o.RLQS || o.descriptorOptions().OrderFree {
+	if err != nil || o.Source.Load.RLQS || o.Source.Load.descriptorOptions().OrderFree {
 		t.Fatalf("defaults: %v %+v", err, o.rlqsOptions)
 	}
 	o, err = parseServe([]string{"--config", "x.yaml", "--rlqs", "--rlqs-max-streams", "7", "--rlqs-unmatched", "deny_all", "--rlqs-abandon-after", "0"}, io.Discard)
-	if err != nil || !o.RLQS || o.RLQSMaxStreams != 7 || o.RLQSUnmatched != "deny_all" || o.RLQSAbandonAfter != 0 || !o.descriptorOptions().OrderFree || o.RLQSMaxReportSize != rlqs.MinReportSize {
+	if err != nil || !o.Source.Load.RLQS || o.RLQSMaxStreams != 7 || o.RLQSUnmatched != "deny_all" || o.RLQSAbandonAfter != 0 || !o.Source.Load.descriptorOptions().OrderFree || o.RLQSMaxReportSize != rlqs.MinReportSize {
 		t.Fatalf("--rlqs: %v %+v", err, o.rlqsOptions)
 	}
 	for _, args := range [][]string{

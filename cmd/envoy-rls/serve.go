@@ -78,19 +78,19 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	// otherwise kill the process. The watcher reloads on it.
 	s.hup = make(chan os.Signal, 1)
 	signal.Notify(s.hup, syscall.SIGHUP)
-	logReference(o, log)
+	logReference(o.reference, log)
 	var (
 		cfg     *descriptors.Config
 		loadErr error // of the config at start, when serving without it
 	)
-	if o.ConfigXDS == "" {
+	if o.Source.ConfigXDS == "" {
 		var err error
-		if cfg, err = descriptors.LoadWith(o.Config, o.descriptorOptions()); err != nil {
+		if cfg, err = descriptors.LoadWith(o.Source.Config, o.Source.Load.descriptorOptions()); err != nil {
 			where := "loading config"
 			if o.reference != nil {
-				where = fmt.Sprintf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s", o.Config)
+				where = fmt.Sprintf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s", o.Source.Config)
 			}
-			if _, statErr := os.Stat(o.Config); !o.ForceStart || statErr != nil {
+			if _, statErr := os.Stat(o.Source.Config); !o.Source.ForceStart || statErr != nil {
 				// A missing path fails fast even when forced, as the
 				// reference cannot watch a directory that is not there.
 				return s, fmt.Errorf("%s:\n%v", where, err)
@@ -99,7 +99,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 			// with "no rate limit configuration loaded") until a valid one
 			// is loaded when the files change.
 			loadErr = err
-			log.Error("config not loaded; serving without one until a valid config is loaded (--force-start-without-initial-config)", "config", o.Config, "errors", err.Error())
+			log.Error("config not loaded; serving without one until a valid config is loaded (--force-start-without-initial-config)", "config", o.Source.Config, "errors", err.Error())
 		}
 		logWarnings(log, cfg)
 	}
@@ -154,12 +154,15 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	// The readiness, once made: the xDS client tells it of every config
 	// it applies (health may require one).
 	var readyNow atomic.Pointer[readiness]
-	if o.ConfigXDS != "" {
-		client, err := newXDSClient(o, s.svc, s.metrics, log, func() {
+	if o.Source.ConfigXDS != "" {
+		apply := func(c *descriptors.Config) {
+			s.svc.SetConfig(c)
+			s.metrics.ConfigWarnings(len(c.Warnings()))
 			if r := readyNow.Load(); r != nil {
 				r.configChanged()
 			}
-		})
+		}
+		client, err := o.Source.XDS.newClient(o.Source.ConfigXDS, o.Source.Load, apply, s.metrics.ConfigLoad, log)
 		if err != nil {
 			return s, err
 		}
@@ -167,8 +170,8 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		xdsDone := make(chan struct{})
 		go func() { client.Run(xctx); close(xdsDone) }()
 		s.stopXDS = func() { cancel(); <-xdsDone }
-		if !o.ForceStart {
-			log.Info("waiting for the first config from the xDS control plane", "server", o.ConfigXDS)
+		if !o.Source.ForceStart {
+			log.Info("waiting for the first config from the xDS control plane", "server", o.Source.ConfigXDS)
 			select {
 			case <-client.FirstConfig():
 			case <-ctx.Done():
@@ -179,8 +182,8 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	}
 
 	grpcOpts := append(grpcServerOptions(o), rlqsServerOptions(o)...)
-	if o.GRPCTLSCert != "" {
-		creds, err := grpcServerTLS(o, log)
+	if o.GRPCTLS.on() {
+		creds, err := o.GRPCTLS.serverOption(log)
 		if err != nil {
 			return s, err
 		}

@@ -19,7 +19,7 @@ import (
 // file in the config's directory changes (writes, renames, and the symlink
 // swaps of a Kubernetes ConfigMap). Bursts of events are folded into one
 // reload. It returns a function that stops watching.
-func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os.Signal, reload func(reason string)) func() {
+func watchConfig(ctx context.Context, o sourceOptions, log *slog.Logger, hup <-chan os.Signal, reload func(reason string)) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	var events <-chan fsnotify.Event
 	var watchErrs <-chan error
@@ -33,10 +33,10 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 		w, err = fsnotify.NewWatcher()
 		if err == nil {
 			err = w.Add(dir)
-			if err == nil && o.ConfigRecursive {
+			if err == nil && o.Load.ConfigRecursive {
 				// The loader reads subdirectories: watch them too (the
 				// reference sees changes of its directory only).
-				watchSubdirs(w, dir, o.descriptorOptions())
+				watchSubdirs(w, dir, o.Load.descriptorOptions())
 			}
 			if err == nil && o.WatchRoot != "" {
 				// The reference's RUNTIME_WATCH_ROOT: RUNTIME_ROOT itself
@@ -75,7 +75,7 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				if o.WatchRoot != "" && filepath.Dir(ev.Name) == filepath.Dir(filepath.Clean(o.WatchRoot)) && ev.Name != filepath.Clean(o.WatchRoot) {
 					continue // another entry next to the root
 				}
-				if !configEvent(dir, file, ev.Name, o.descriptorOptions()) {
+				if !configEvent(dir, file, ev.Name, o.Load.descriptorOptions()) {
 					continue // another file next to the config (a log, say)
 				}
 				// Quiet for reloadSettle, but never later than
@@ -95,7 +95,7 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 				// A stable snapshot: the files read the same across a
 				// settle time, so a writer that pauses mid-file is not
 				// loaded half-written. If they changed, wait again.
-				if !stableConfig(ctx, o.Config, o.ConfigRecursive, reloadSettle) {
+				if !stableConfig(ctx, o.Config, o.Load.ConfigRecursive, reloadSettle) {
 					timer.Reset(reloadSettle)
 					continue
 				}
@@ -106,8 +106,8 @@ func watchConfig(ctx context.Context, o options, log *slog.Logger, hup <-chan os
 					// one: watch it by its path again.
 					_ = w.Add(configDir(o.Config))
 				}
-				if w != nil && o.ConfigRecursive {
-					watchSubdirs(w, configDir(o.Config), o.descriptorOptions()) // new ones too
+				if w != nil && o.Load.ConfigRecursive {
+					watchSubdirs(w, configDir(o.Config), o.Load.descriptorOptions()) // new ones too
 				}
 			}
 		}

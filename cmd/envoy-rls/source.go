@@ -1,16 +1,59 @@
 package main
 
+// The config source: files (--config) or an xDS control plane
+// (--config-xds), how they are read and when they are read again.
+
 import (
-	"flag"
+	"errors"
 	"log/slog"
 
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
+// sourceOptions say where the config comes from and how it is read.
+type sourceOptions struct {
+	Config      string
+	ConfigXDS   string
+	WatchConfig bool
+	WatchRoot   string
+	ForceStart  bool
+	Load        loadOptions
+	XDS         xdsOptions
+}
+
+func (o *sourceOptions) addFlags(fs *flagSet) {
+	fs.StringVar(&o.Config, "config", "", "descriptor config: a YAML file or a directory of them (required)")
+	fs.StringVar(&o.ConfigXDS, "config-xds", "", "take the descriptor config from this xDS control plane (host:port; ADS, state of the world, type ratelimit.config.ratelimit.v3.RateLimitConfig) instead of --config")
+	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
+	fs.StringVar(&o.WatchRoot, "watch-root", "", "also reload when this directory (or symlink) is replaced, as the reference's RUNTIME_WATCH_ROOT does for RUNTIME_ROOT")
+	fs.BoolVar(&o.ForceStart, "force-start-without-initial-config", false, "serve without a config: with --config-xds before the first one arrives, with --config when its files are there but do not load at start (then the next valid one is loaded as files change; a missing path exits 1); calls fail with \"no rate limit configuration loaded\" until then. Without it --config-xds waits and a --config that does not load exits 1")
+	o.Load.addFlags(fs)
+}
+
+func (o sourceOptions) validate() []error {
+	var errs []error
+	switch {
+	case o.Config == "" && o.ConfigXDS == "":
+		errs = append(errs, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG; --config-xds takes the config from a control plane)"))
+	case o.Config != "" && o.ConfigXDS != "":
+		errs = append(errs, errors.New("--config and --config-xds exclude each other"))
+	}
+	return append(errs, o.XDS.validate()...)
+}
+
+// name names the source in logs: the path, or xds://host:port.
+func (o sourceOptions) name() string {
+	if o.ConfigXDS != "" {
+		return "xds://" + o.ConfigXDS
+	}
+	return o.Config
+}
+
 // loadOptions select the files of a --config directory and say how a
 // config is read: how definitions of one domain combine (the reference
 // server's RUNTIME_* and MERGE_DOMAIN_CONFIG set them), leniently or not,
-// and whether RLQS buckets must match one descriptor only.
+// and whether RLQS buckets must match one descriptor only. serve and
+// check-config share them.
 type loadOptions struct {
 	ConfigRecursive   bool
 	ConfigAllFiles    bool
@@ -20,9 +63,7 @@ type loadOptions struct {
 	RLQS              bool
 }
 
-// addFileFlags adds the flags that select and combine config files (serve
-// and check-config share them).
-func addFileFlags(fs *flag.FlagSet, o *loadOptions) {
+func (o *loadOptions) addFlags(fs *flagSet) {
 	fs.BoolVar(&o.ConfigRecursive, "config-recursive", false, "a --config directory: also read its subdirectories (not through links to directories), as the reference server does")
 	fs.BoolVar(&o.ConfigAllFiles, "config-all-files", false, "a --config directory: read every file, not only *.yaml and *.yml, as the reference server does")
 	fs.BoolVar(&o.ConfigDotfiles, "config-dotfiles", false, "a --config directory: also read files and directories named .* (never Kubernetes' ..data entries), as the reference server does without RUNTIME_IGNOREDOTFILES")
