@@ -39,6 +39,16 @@ const (
 	// of its own, as without workers. Each idle worker holds its stack
 	// (a few KB).
 	defaultGRPCStreamWorkers = 64
+	// defaultGRPCMaxConnectionAge and defaultGRPCMaxConnectionAgeGrace
+	// close a gRPC connection gracefully, as the reference's
+	// GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE do by
+	// default; clients spread again over instances added meanwhile.
+	defaultGRPCMaxConnectionAge      = 24 * time.Hour
+	defaultGRPCMaxConnectionAgeGrace = time.Hour
+	// defaultShutdownGrace bounds the wait for calls in flight at
+	// shutdown, and then the write-back of hits allowed while Redis was
+	// away.
+	defaultShutdownGrace = 5 * time.Second
 	// defaultGRPCMaxConnectionIdle closes connections with no call for
 	// that long; Envoy opens a new one at its next call.
 	defaultGRPCMaxConnectionIdle = 5 * time.Minute
@@ -85,7 +95,7 @@ const (
 // its first frames, and the age of a connection (the
 // reference's GRPC_MAX_CONNECTION_AGE and GRPC_MAX_CONNECTION_AGE_GRACE),
 // which also spreads clients again after instances are added.
-func grpcServerOptions(o options) []grpc.ServerOption {
+func grpcServerOptions(o listenerOptions) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(o.GRPCMaxConcurrentStreams)),
 		grpc.NumStreamWorkers(uint32(o.GRPCStreamWorkers)),
@@ -111,7 +121,7 @@ func grpcServerOptions(o options) []grpc.ServerOption {
 // connection bounded: headers, the whole request, the response, and idle
 // keep-alive connections, so slow or idle clients cannot hold connections
 // (and file descriptors) forever.
-func newHTTPServer(o options, handler http.Handler) *http.Server {
+func newHTTPServer(o listenerOptions, handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: min(httpReadHeaderTimeout, o.HTTPReadTimeout),

@@ -338,12 +338,16 @@ func (c *command) usage(w io.Writer) {
 	}
 }
 
-// helpSections are the help's topics, then the flags defined outside any
-// ("Flags" when there is no topic, else "Other flags"), by name.
+// helpSections are the help's topics that have flags, then the flags
+// defined outside any ("Flags" when there is no topic, else "Other flags"),
+// by name.
 func (c *command) helpSections() []*section {
-	out := append([]*section(nil), c.sections...)
+	var out []*section
 	inSection := map[string]bool{}
 	for _, s := range c.sections {
+		if len(s.flags) > 0 {
+			out = append(out, s)
+		}
 		for _, f := range s.flags {
 			inSection[f] = true
 		}

@@ -23,11 +23,11 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	if o.Source.Config != "/etc/rls" || o.Backend != "redis" || o.Failure.BackendTimeout != 25*time.Millisecond {
 		t.Fatalf("environment not applied: %+v", o)
 	}
-	if o.GRPCMaxConnections != 12 || o.GRPCMaxConnectionIdle != 90*time.Second || o.GRPCStreamWorkers != 0 {
-		t.Fatalf("gRPC bounds from the environment: %d, %v, %d workers", o.GRPCMaxConnections, o.GRPCMaxConnectionIdle, o.GRPCStreamWorkers)
+	if o.Listen.GRPCMaxConnections != 12 || o.Listen.GRPCMaxConnectionIdle != 90*time.Second || o.Listen.GRPCStreamWorkers != 0 {
+		t.Fatalf("gRPC bounds from the environment: %d, %v, %d workers", o.Listen.GRPCMaxConnections, o.Listen.GRPCMaxConnectionIdle, o.Listen.GRPCStreamWorkers)
 	}
-	if o.GRPCAddr != "127.0.0.1:1" {
-		t.Fatalf("command line must win over the environment: %q", o.GRPCAddr)
+	if o.Listen.GRPCAddr != "127.0.0.1:1" {
+		t.Fatalf("command line must win over the environment: %q", o.Listen.GRPCAddr)
 	}
 	if got := o.RedisCluster; len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
 		t.Fatalf("cluster list %q", got)

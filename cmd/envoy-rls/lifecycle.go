@@ -56,7 +56,7 @@ func (s *server) close() {
 		// for up to --shutdown-grace; the error names what it could not.
 		if p, ok := s.store.(interface{ WriteBackPending() int }); ok {
 			if n := p.WriteBackPending(); n > 0 {
-				s.log.Info("writing back the hits allowed while Redis was away", "keys", n, "within", s.o.ShutdownGrace.String())
+				s.log.Info("writing back the hits allowed while Redis was away", "keys", n, "within", s.o.Listen.ShutdownGrace.String())
 			}
 		}
 		if err := s.store.Close(); err != nil {
@@ -131,7 +131,7 @@ func (s *server) run(ctx context.Context) error {
 func (s *server) shutdown() {
 	log := s.log
 	start := time.Now()
-	log.Info("shutting down", "grace", s.o.ShutdownGrace.String())
+	log.Info("shutting down", "grace", s.o.Listen.ShutdownGrace.String())
 	force := make(chan os.Signal, 1)
 	signal.Notify(force, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(force)
@@ -144,7 +144,7 @@ func (s *server) shutdown() {
 	s.ready.stop() // every gRPC health service NOT_SERVING, /healthz 503
 	// One grace period for both servers. The HTTP server keeps answering
 	// (/healthz with 503) while gRPC drains, then drains in what is left.
-	sctx, cancel := context.WithTimeout(context.Background(), s.o.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), s.o.Listen.ShutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
 	if s.rlqs != nil {

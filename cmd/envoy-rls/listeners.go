@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +18,95 @@ import (
 	"github.com/envoyrls/envoy-rls/internal/debugsrv"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
+
+// listenerOptions are the listeners' addresses, what one client can hold
+// on them, and how long shutdown waits for the calls in flight.
+type listenerOptions struct {
+	GRPCAddr      string
+	HTTPAddr      string
+	DebugAddr     string
+	MetricsAddr   string
+	MetricsPath   string
+	ShutdownGrace time.Duration
+
+	GRPCMaxConcurrentStreams  int
+	GRPCStreamWorkers         int
+	GRPCMaxRecvMsgSize        byteSize
+	GRPCMaxConnectionAge      time.Duration
+	GRPCMaxConnectionAgeGrace time.Duration
+	GRPCMaxConnections        int
+	GRPCMaxConnectionIdle     time.Duration
+	HTTPReadTimeout           time.Duration
+	HTTPWriteTimeout          time.Duration
+	HTTPIdleTimeout           time.Duration
+	HTTPMaxConnections        int
+}
+
+// addFlags defines the addresses under main and the bounds of connections
+// under bounds.
+func (o *listenerOptions) addFlags(main, bounds *flagSet) {
+	main.StringVar(&o.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService, health, reflection)")
+	main.StringVar(&o.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthz, /json, /metrics); empty disables it")
+	main.StringVar(&o.DebugAddr, "debug-addr", "", "debug listener: /rlconfig (the loaded limits), /debug/pprof/; empty disables it")
+	main.StringVar(&o.MetricsAddr, "metrics-addr", "", "a separate Prometheus listener (as the reference's PROMETHEUS_ADDR); /metrics on --http-addr stays")
+	main.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "path of the Prometheus metrics on --metrics-addr")
+	main.DurationVar(&o.ShutdownGrace, "shutdown-grace", defaultShutdownGrace, "longest wait for requests in flight on SIGTERM")
+	bounds.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most calls in progress on one gRPC connection; further streams are refused")
+	bounds.IntVar(&o.GRPCStreamWorkers, "grpc-stream-workers", defaultGRPCStreamWorkers, "goroutines that run gRPC calls one after another, sparing each call a new goroutine and the growth of its stack; a call finding all busy gets its own goroutine (0: a goroutine per call)")
+	o.GRPCMaxRecvMsgSize = defaultGRPCMaxRecvMsgSize
+	bounds.TextVar(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", &o.GRPCMaxRecvMsgSize, "largest gRPC request accepted (larger ones get RESOURCE_EXHAUSTED), e.g. 64KiB; bounds request memory to about this times --grpc-max-concurrent-streams per connection")
+	bounds.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", defaultGRPCMaxConnectionAge, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
+	bounds.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", defaultGRPCMaxConnectionAgeGrace, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")
+	bounds.IntVar(&o.GRPCMaxConnections, "grpc-max-connections", defaultGRPCMaxConnections, "most gRPC connections open at once; a connection beyond it is closed as soon as it is accepted")
+	bounds.DurationVar(&o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", defaultGRPCMaxConnectionIdle, "close a gRPC connection gracefully (GOAWAY) after it has had no call in progress for this long; Envoy reconnects at its next call")
+	bounds.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
+	bounds.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
+	bounds.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
+	bounds.IntVar(&o.HTTPMaxConnections, "http-max-connections", defaultHTTPMaxConnections, "most connections open at once on the HTTP listener (--http-addr); one beyond it is closed as soon as it is accepted")
+}
+
+// validate checks the listeners' settings; c names where a value came
+// from.
+func (o listenerOptions) validate(c *command) []error {
+	var errs []error
+	if o.GRPCAddr == "" {
+		errs = append(errs, errors.New("--grpc-addr must not be empty"))
+	}
+	if !strings.HasPrefix(o.MetricsPath, "/") {
+		errs = append(errs, errors.New("--metrics-path must start with /"))
+	}
+	if o.GRPCMaxConcurrentStreams < 1 {
+		errs = append(errs, errors.New("--grpc-max-concurrent-streams must be at least 1"))
+	}
+	if o.GRPCStreamWorkers < 0 || o.GRPCStreamWorkers > maxGRPCStreamWorkers {
+		errs = append(errs, fmt.Errorf("--grpc-stream-workers must be 0 to %d", maxGRPCStreamWorkers))
+	}
+	if o.GRPCMaxConnections < 1 {
+		errs = append(errs, errors.New("--grpc-max-connections must be at least 1"))
+	}
+	if o.HTTPMaxConnections < 1 {
+		errs = append(errs, errors.New("--http-max-connections must be at least 1"))
+	}
+	if o.GRPCMaxRecvMsgSize < minGRPCMaxRecvMsgSize || o.GRPCMaxRecvMsgSize > maxGRPCMaxRecvMsgSize {
+		errs = append(errs, fmt.Errorf("%s: want %s to %s", c.value("grpc-max-recv-msg-size", formatSize(uint64(o.GRPCMaxRecvMsgSize))), formatSize(minGRPCMaxRecvMsgSize), formatSize(maxGRPCMaxRecvMsgSize)))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--grpc-max-connection-age", o.GRPCMaxConnectionAge},
+		{"--grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace},
+		{"--grpc-max-connection-idle", o.GRPCMaxConnectionIdle},
+		{"--http-read-timeout", o.HTTPReadTimeout},
+		{"--http-write-timeout", o.HTTPWriteTimeout},
+		{"--http-idle-timeout", o.HTTPIdleTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", d.name))
+		}
+	}
+	return errs
+}
 
 // listen opens a TCP listener, or a Unix socket for "unix:PATH" (a stale
 // socket file left by an earlier run is replaced).
@@ -44,7 +134,7 @@ type sideListeners struct {
 	attrs   []any
 }
 
-func startSideListeners(o options, svc *rls.Service, reg *prometheus.Registry, log *slog.Logger) (*sideListeners, error) {
+func startSideListeners(o listenerOptions, svc *rls.Service, reg *prometheus.Registry, log *slog.Logger) (*sideListeners, error) {
 	sl := &sideListeners{}
 	start := func(name, addr string, h http.Handler) error {
 		lis, err := listen(addr)

@@ -43,7 +43,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	// At shutdown, the hits allowed while Redis was away are written back
 	// for up to --shutdown-grace (a second period, after the calls in
 	// flight drained); none with a grace of 0.
-	ro.CloseWriteBack = o.ShutdownGrace
+	ro.CloseWriteBack = o.Listen.ShutdownGrace
 	if ro.CloseWriteBack <= 0 {
 		ro.CloseWriteBack = -1
 	}

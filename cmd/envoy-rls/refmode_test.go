@@ -40,8 +40,8 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 	if o.reference == nil || o.Source.Config != "" || o.Source.ConfigXDS != "envoy-gateway:18001" || o.Source.XDS.NodeID != "envoy-ratelimit" ||
 		!o.Source.XDS.TLS || o.Source.XDS.TLSCert != "/certs/tls.crt" || o.Source.XDS.TLSCA != "/certs/ca.crt" || !o.Source.ForceStart || !o.Source.Load.ConfigLenient ||
 		o.GRPCTLS.Cert != "/certs/tls.crt" || o.GRPCTLS.ClientCA != "/certs/ca.crt" ||
-		o.GRPCAddr != "0.0.0.0:8081" || o.HTTPAddr != "0.0.0.0:8080" || o.DebugAddr != "0.0.0.0:6070" ||
-		o.MetricsAddr != ":19001" || !o.Obs.ReferenceMetrics || o.Obs.LogLevel != logLevel(slog.LevelInfo) ||
+		o.Listen.GRPCAddr != "0.0.0.0:8081" || o.Listen.HTTPAddr != "0.0.0.0:8080" || o.Listen.DebugAddr != "0.0.0.0:6070" ||
+		o.Listen.MetricsAddr != ":19001" || !o.Obs.ReferenceMetrics || o.Obs.LogLevel != logLevel(slog.LevelInfo) ||
 		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second ||
 		o.Decisions.UsageAccounting != descriptors.UsageAuto {
 		t.Fatalf("options = %+v", o)
@@ -73,12 +73,12 @@ func TestNativeSettingsWin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.GRPCAddr != "127.0.0.1:1" || o.Obs.LogLevel != logLevel(slog.LevelError) || o.Source.Config != "/data/config" || o.Source.WatchRoot != "/data" {
+	if o.Listen.GRPCAddr != "127.0.0.1:1" || o.Obs.LogLevel != logLevel(slog.LevelError) || o.Source.Config != "/data/config" || o.Source.WatchRoot != "/data" {
 		t.Fatalf("options = %+v", o)
 	}
 	// With --config the reference environment is not read at all.
 	o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard)
-	if err != nil || o.reference != nil || o.GRPCAddr != ":8081" || o.Backend != "memory" {
+	if err != nil || o.reference != nil || o.Listen.GRPCAddr != ":8081" || o.Backend != "memory" {
 		t.Fatalf("with --config: %+v, %v", o, err)
 	}
 }

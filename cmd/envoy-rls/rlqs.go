@@ -66,7 +66,7 @@ func (o *options) validateRLQS() []error {
 	if o.RLQSMaxReportSize < rlqs.MinReportSize || o.RLQSMaxReportSize > maxGRPCMaxRecvMsgSize {
 		errs = append(errs, fmt.Errorf("%s: want %s to %s", o.cmd.value("rlqs-max-report-size", formatSize(uint64(o.RLQSMaxReportSize))), formatSize(rlqs.MinReportSize), formatSize(maxGRPCMaxRecvMsgSize)))
 	}
-	if o.RLQSMaxStreams+o.GRPCStreamWorkers > maxGRPCStreamWorkers {
+	if o.RLQSMaxStreams+o.Listen.GRPCStreamWorkers > maxGRPCStreamWorkers {
 		errs = append(errs, fmt.Errorf("--rlqs-max-streams plus --grpc-stream-workers must be at most %d", maxGRPCStreamWorkers))
 	}
 	return errs
@@ -96,11 +96,11 @@ func rlqsServerOptions(o options) []grpc.ServerOption {
 		return nil
 	}
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(max(o.GRPCMaxRecvMsgSize, o.RLQSMaxReportSize))),
-		grpc.ChainUnaryInterceptor(maxRequestSize(int(o.GRPCMaxRecvMsgSize))),
+		grpc.MaxRecvMsgSize(int(max(o.Listen.GRPCMaxRecvMsgSize, o.RLQSMaxReportSize))),
+		grpc.ChainUnaryInterceptor(maxRequestSize(int(o.Listen.GRPCMaxRecvMsgSize))),
 	}
-	if o.GRPCStreamWorkers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(o.GRPCStreamWorkers+o.RLQSMaxStreams)))
+	if o.Listen.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(o.Listen.GRPCStreamWorkers+o.RLQSMaxStreams)))
 	}
 	return opts
 }

@@ -89,7 +89,7 @@ func TestRLQSStreamsDoNotTakeRLSWorkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := append(grpcServerOptions(o), rlqsServerOptions(o)...)
+		opts := append(grpcServerOptions(o.Listen), rlqsServerOptions(o)...)
 		if !extra {
 			opts = append(opts, grpc.NumStreamWorkers(2))
 		}
@@ -167,7 +167,7 @@ func TestServeRLQS(t *testing.T) {
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- serve(ctx, o, io.Discard) }()
-	cc, err := grpc.NewClient(o.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(o.Listen.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

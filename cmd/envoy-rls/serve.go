@@ -181,7 +181,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		}
 	}
 
-	grpcOpts := append(grpcServerOptions(o), rlqsServerOptions(o)...)
+	grpcOpts := append(grpcServerOptions(o.Listen), rlqsServerOptions(o)...)
 	if o.GRPCTLS.on() {
 		creds, err := o.GRPCTLS.serverOption(log)
 		if err != nil {
@@ -189,10 +189,10 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		}
 		grpcOpts = append(grpcOpts, creds)
 	}
-	if s.grpcLis, err = listen(o.GRPCAddr); err != nil {
+	if s.grpcLis, err = listen(o.Listen.GRPCAddr); err != nil {
 		return s, fmt.Errorf("gRPC listener: %w", err)
 	}
-	limited := newLimitListener(s.grpcLis, o.GRPCMaxConnections)
+	limited := newLimitListener(s.grpcLis, o.Listen.GRPCMaxConnections)
 	s.grpcLis = limited
 	if err := limited.register(s.reg, "grpc", "--grpc-max-connections"); err != nil {
 		return s, err
@@ -214,11 +214,11 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	}()
 	s.stopReady = func() { cancel(); <-readyDone }
 
-	if o.HTTPAddr != "" {
-		if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+	if o.Listen.HTTPAddr != "" {
+		if s.httpLis, err = net.Listen("tcp", o.Listen.HTTPAddr); err != nil {
 			return s, fmt.Errorf("HTTP listener: %w", err)
 		}
-		limited := newLimitListener(s.httpLis, o.HTTPMaxConnections)
+		limited := newLimitListener(s.httpLis, o.Listen.HTTPMaxConnections)
 		s.httpLis = limited
 		if err := limited.register(s.reg, "http", "--http-max-connections"); err != nil {
 			return s, err
@@ -242,10 +242,10 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		})
 		mux.Handle("/json", s.svc.JSONHandler())
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-		s.httpSrv = newHTTPServer(o, mux)
+		s.httpSrv = newHTTPServer(o.Listen, mux)
 	}
 
-	if s.extra, err = startSideListeners(o, s.svc, s.reg, log); err != nil {
+	if s.extra, err = startSideListeners(o.Listen, s.svc, s.reg, log); err != nil {
 		return s, err
 	}
 	return s, nil

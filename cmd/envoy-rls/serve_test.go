@@ -48,7 +48,7 @@ func TestShutdownFailsHealthzDuringGraceAndIsBoundedByIt(t *testing.T) {
 	go func() { served <- serve(ctx, o, io.Discard) }()
 
 	healthz := func() (int, error) {
-		resp, err := http.Get("http://" + o.HTTPAddr + "/healthz")
+		resp, err := http.Get("http://" + o.Listen.HTTPAddr + "/healthz")
 		if err != nil {
 			return 0, err
 		}
@@ -68,7 +68,7 @@ func TestShutdownFailsHealthzDuringGraceAndIsBoundedByIt(t *testing.T) {
 
 	// A gRPC health Watch stream is a call in flight: it keeps GracefulStop
 	// waiting until the grace period ends.
-	conn, err := grpc.NewClient(o.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(o.Listen.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestShutdownFailsHealthzDuringGraceAndIsBoundedByIt(t *testing.T) {
 		t.Fatalf("/healthz while shutting down: %d %v, want 503", code, err)
 	}
 	// The reference's /healthcheck: 500 with an empty body from SIGTERM on.
-	resp, err := http.Get("http://" + o.HTTPAddr + "/healthcheck")
+	resp, err := http.Get("http://" + o.Listen.HTTPAddr + "/healthcheck")
 	if err != nil {
 		t.Fatal(err)
 	}

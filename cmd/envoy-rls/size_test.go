@@ -39,16 +39,16 @@ func TestMemoryBoundFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Memory.MaxMemory != 256<<20 || o.Memory.PenaltyKeys != 100_000 || o.GRPCMaxRecvMsgSize != 64<<10 {
-		t.Fatalf("defaults: --max-memory %d --penalty-keys %d --grpc-max-recv-msg-size %d", o.Memory.MaxMemory, o.Memory.PenaltyKeys, o.GRPCMaxRecvMsgSize)
+	if o.Memory.MaxMemory != 256<<20 || o.Memory.PenaltyKeys != 100_000 || o.Listen.GRPCMaxRecvMsgSize != 64<<10 {
+		t.Fatalf("defaults: --max-memory %d --penalty-keys %d --grpc-max-recv-msg-size %d", o.Memory.MaxMemory, o.Memory.PenaltyKeys, o.Listen.GRPCMaxRecvMsgSize)
 	}
 	t.Setenv("ENVOY_RLS_MAX_MEMORY", "1GB")
 	o, err = parseServe([]string{"--config", "x", "--penalty-keys", "0", "--grpc-max-recv-msg-size", "1MiB"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Memory.MaxMemory != 1e9 || o.Memory.PenaltyKeys != 0 || o.GRPCMaxRecvMsgSize != 1<<20 {
-		t.Fatalf("got --max-memory %d --penalty-keys %d --grpc-max-recv-msg-size %d", o.Memory.MaxMemory, o.Memory.PenaltyKeys, o.GRPCMaxRecvMsgSize)
+	if o.Memory.MaxMemory != 1e9 || o.Memory.PenaltyKeys != 0 || o.Listen.GRPCMaxRecvMsgSize != 1<<20 {
+		t.Fatalf("got --max-memory %d --penalty-keys %d --grpc-max-recv-msg-size %d", o.Memory.MaxMemory, o.Memory.PenaltyKeys, o.Listen.GRPCMaxRecvMsgSize)
 	}
 	// With Redis, they bound the fallback store of --failure-mode local.
 	o, err = parseServe([]string{"--config", "x", "--redis-url", "redis://h:1", "--max-keys", "500", "--max-memory", "64MiB", "--penalty-keys", "7"}, io.Discard)
