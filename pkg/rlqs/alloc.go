@@ -84,8 +84,8 @@ type claim struct {
 // tokens left over by rounding the level down go one each to the claims
 // that hold most now (so a share does not hop between subscribers), then
 // by tie. When total is below the number of claims, the level is 0 and
-// those first claims get one token each; the rest get none (deny all until
-// a token frees up). out receives one share per claim, in claims' order;
+// those first claims get one token each; the rest get none (a closed
+// bucket until a token frees up). out receives one share per claim, in claims' order;
 // the shares never sum above total and none exceeds its want.
 func waterfill(total int64, claims []claim, out []int64) []int64 {
 	out = slices.Grow(out[:0], len(claims))[:len(claims)]

@@ -94,33 +94,30 @@ func TestPickFill(t *testing.T) {
 }
 
 // TestTokenBucketEncoding: a change of the fill interval alone would be
-// ignored by Envoy, so the encoder changes tokens_per_fill (or
-// max_tokens) with it, or falls back to a blanket rule once.
+// ignored by Envoy, so the encoder changes tokens_per_fill (or max_tokens)
+// with it.
 func TestTokenBucketEncoding(t *testing.T) {
 	prev := sent{tb: true, fill: 10, tokens: 50, burst: 20}
 	for i, tc := range []struct {
+		prev                sent
 		fill, tokens, burst int64
 		want                sent
-		ok                  bool
 	}{
-		{10, 50, 20, sent{true, 10, 50, 20}, true}, // unchanged: Envoy keeps its bucket
-		{20, 100, 40, sent{true, 20, 100, 40}, true},
-		{20, 50, 20, sent{true, 20, 49, 20}, true}, // only the interval changed
-		{20, 0, 0, sent{}, false},                  // no token: not a bucket
+		{prev, 10, 50, 20, sent{true, 10, 50, 20}}, // unchanged: Envoy keeps its bucket
+		{prev, 20, 100, 40, sent{true, 20, 100, 40}},
+		{prev, 20, 50, 20, sent{true, 20, 49, 20}}, // only the interval changed
+		{sent{tb: true, fill: 1, tokens: 1, burst: 3}, 2, 1, 3, sent{true, 2, 1, 2}},
+		{sent{tb: true, fill: 1, tokens: 1, burst: 1}, 2, 1, 1, sent{true, 2, 1, 2}},
+		{closed, 5, 1, 1, sent{true, 5, 1, 2}}, // from a zero share
+		{sent{}, 5, 7, 0, sent{true, 5, 7, 1}}, // Envoy never admits with max_tokens 0
 	} {
-		got, ok := tokenBucket(prev, tc.fill, tc.tokens, tc.burst)
-		if ok != tc.ok || (ok && got != tc.want) {
-			t.Errorf("case %d: got %+v %v, want %+v %v", i, got, ok, tc.want, tc.ok)
+		got := tokenBucket(tc.prev, tc.fill, tc.tokens, tc.burst)
+		if tc.prev.tb && got.fill != tc.prev.fill && got.tokens == tc.prev.tokens && got.burst == tc.prev.burst {
+			t.Errorf("case %d: %+v after %+v differs in the fill interval only", i, got, tc.prev)
 		}
-	}
-	if got, ok := tokenBucket(sent{tb: true, fill: 1, tokens: 1, burst: 3}, 2, 1, 3); !ok || got != (sent{true, 2, 1, 2}) {
-		t.Errorf("one token: got %+v %v, want max_tokens lowered", got, ok)
-	}
-	if _, ok := tokenBucket(sent{tb: true, fill: 1, tokens: 1, burst: 1}, 2, 1, 1); ok {
-		t.Errorf("1 token, burst 1: want no token bucket (a blanket rule this once)")
-	}
-	if got, _ := tokenBucket(sent{}, 5, 7, 0); got.burst != 1 {
-		t.Errorf("burst 0 sent as %d, want 1 (Envoy never admits with max_tokens 0)", got.burst)
+		if got != tc.want {
+			t.Errorf("case %d: got %+v, want %+v", i, got, tc.want)
+		}
 	}
 }
 

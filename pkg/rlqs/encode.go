@@ -52,11 +52,10 @@ type sent struct {
 // tokenBucket returns the token bucket of tokens per fill seconds with a
 // burst of burst tokens, as it must be sent after prev: when only the fill
 // interval would change, Envoy would keep the old bucket (and its old
-// rate), so tokens_per_fill, else max_tokens, goes one lower to make the
-// change visible; when neither can, ok is false (send a blanket rule
-// instead, this once).
-func tokenBucket(prev sent, fill, tokens, burst int64) (s sent, ok bool) {
-	s = sent{tb: true, fill: fill, tokens: min(tokens, math.MaxUint32), burst: min(max(burst, 1), math.MaxUint32)}
+// rate), so tokens_per_fill goes one lower, else max_tokens one lower,
+// else (both 1) max_tokens one higher, to make the change visible.
+func tokenBucket(prev sent, fill, tokens, burst int64) sent {
+	s := sent{tb: true, fill: fill, tokens: min(max(tokens, 1), math.MaxUint32), burst: min(max(burst, 1), math.MaxUint32)}
 	if prev.tb && prev.fill != s.fill && prev.tokens == s.tokens && prev.burst == s.burst {
 		switch {
 		case s.tokens > 1:
@@ -64,11 +63,19 @@ func tokenBucket(prev sent, fill, tokens, burst int64) (s sent, ok bool) {
 		case s.burst > 1:
 			s.burst--
 		default:
-			return sent{}, false
+			s.burst++
 		}
 	}
-	return s, s.tokens > 0
+	return s
 }
+
+// closed is the assignment of a share of zero: one token that practically
+// never refills (one per maxFillInterval, about three years; Envoy's floor
+// on a rate is one a year). Not DENY_ALL: after a blanket rule Envoy starts
+// its next token bucket full, so a share that drops to zero and comes back
+// would be handed a whole burst each time; from this bucket the next one
+// starts at its fill ratio (empty, or full at one token).
+var closed = sent{tb: true, fill: maxFillInterval, tokens: 1, burst: 1}
 
 // assignment returns the action assigning s to the bucket id for ttl.
 func assignment(id *rlqsv3.BucketId, s sent, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {

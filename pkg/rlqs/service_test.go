@@ -235,3 +235,43 @@ func TestReconnectTakesItsShareOver(t *testing.T) {
 		t.Fatalf("shares sum to %v", s)
 	}
 }
+
+// TestZeroShareKeepsNoBurst: a subscriber whose share is zero (here a new
+// one while another holds the whole limit) gets a token bucket of one token
+// that never refills, not DENY_ALL, so that its next real share starts at
+// the fill ratio of what it had (empty once that token is spent) instead of
+// full: a share that drops to zero and comes back is not handed a burst.
+func TestZeroShareKeepsNoBurst(t *testing.T) {
+	h := newHarness(t, perSecond30, Options{})
+	id := bucketID("user", "u")
+	a, b := h.client("q"), h.client("q")
+	h.subscribe(a, id)
+	for range 3 {
+		h.clock.Advance(time.Second)
+		offer(a, id, 100)
+		h.report(a)
+	}
+	if r := a.Bucket(id).Rate; !approx(r, 30, 1e-9) {
+		t.Fatalf("a alone holds %v, want 30", r)
+	}
+	h.subscribe(b, id)
+	acts := b.Actions(id)
+	if tb := acts[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetMaxTokens() != 1 || tb.GetFillInterval().GetSeconds() != maxFillInterval {
+		t.Fatalf("b's first assignment beside a full share: %v, want the closed bucket", acts[0])
+	}
+	for range 4 {
+		h.clock.Advance(time.Second)
+		offer(a, id, 100)
+		offer(b, id, 100)
+		h.report(a)
+		h.report(b)
+		if r := b.Bucket(id).Rate; r > 1 {
+			// b was raised: from the closed bucket it starts empty.
+			if got := offer(b, id, 100); got > 1 {
+				t.Fatalf("b admitted %d at once right after its raise to %v/s", got, r)
+			}
+			return
+		}
+	}
+	t.Fatalf("b never got a share: %v", b.Bucket(id))
+}

@@ -421,8 +421,8 @@ func (st *stream) assign(sb *sub, fill, tokens int64, ttl, period time.Duration,
 	}
 	s.aggSet(st, sb, rate)
 	if tokens <= 0 {
-		resp.BucketAction = append(resp.BucketAction, blanket(sb.id, true, ttl))
-		st.setLast(sb, sent{})
+		resp.BucketAction = append(resp.BucketAction, assignment(sb.id, closed, ttl))
+		st.setLast(sb, closed)
 		return
 	}
 	var burst float64
@@ -432,12 +432,7 @@ func (st *stream) assign(sb *sub, fill, tokens int64, ttl, period time.Duration,
 	default:
 		burst = sb.pol.burst * rate / sb.pol.rate
 	}
-	tb, ok := tokenBucket(sb.last, fill, tokens, int64(math.Floor(burst+1e-9)))
-	if !ok {
-		resp.BucketAction = append(resp.BucketAction, blanket(sb.id, true, ttl))
-		st.setLast(sb, sent{})
-		return
-	}
+	tb := tokenBucket(sb.last, fill, tokens, int64(math.Floor(burst+1e-9)))
 	resp.BucketAction = append(resp.BucketAction, assignment(sb.id, tb, ttl))
 	st.setLast(sb, tb)
 }
