@@ -187,7 +187,11 @@ func TestStreamErrors(t *testing.T) {
 // all streams) are abandoned; a stream that sends nothing is closed after
 // the idle timeout. The streams within the bounds keep being served.
 func TestStreamBounds(t *testing.T) {
-	h := newHarness(t, perSecond30, Options{MaxStreams: 2, MaxBucketsPerStream: 3, MaxBuckets: 5, IdleTimeout: 200 * time.Millisecond})
+	// The reporting streams below report every 50 ms; an idle timeout of a
+	// second leaves room for a loaded machine's scheduling delays (a race
+	// build under load has shown gaps of a few hundred ms).
+	const idle = time.Second
+	h := newHarness(t, perSecond30, Options{MaxStreams: 2, MaxBucketsPerStream: 3, MaxBuckets: 5, IdleTimeout: idle})
 	a, b := h.raw(), h.raw()
 	report := func(st rawStream, n, from int) *rlqsv3.RateLimitQuotaResponse {
 		r := &rlqsv3.RateLimitQuotaUsageReports{Domain: "q"}
@@ -218,7 +222,7 @@ func TestStreamBounds(t *testing.T) {
 	}
 	// a and b keep reporting; a third stream that never reports is closed.
 	testutil.WaitFor(t, 5*time.Second, "a stream slot", func() bool { return h.svc.Streams() == 2 })
-	stop := time.Now().Add(time.Second)
+	stop := time.Now().Add(2 * idle)
 	for time.Now().Before(stop) {
 		report(a, 3, 0)
 		report(b, 2, 100)
