@@ -32,6 +32,9 @@ type command struct {
 	// sections are the help's topics in the order they were first named,
 	// each with its flags in the order they were defined.
 	sections []*section
+	// deprecated holds, by flag name, what to do instead of giving a
+	// deprecated flag.
+	deprecated map[string]string
 }
 
 // section is one topic of a command's help.
@@ -56,6 +59,7 @@ func newCommand(name, synopsis string, env bool) *command {
 // they are defined. Its methods are the flag package's.
 type flagSet struct {
 	*flag.FlagSet
+	c *command
 	s *section
 }
 
@@ -64,15 +68,36 @@ type flagSet struct {
 func (c *command) section(title string) *flagSet {
 	for _, s := range c.sections {
 		if s.title == title {
-			return &flagSet{FlagSet: c.fs, s: s}
+			return &flagSet{FlagSet: c.fs, c: c, s: s}
 		}
 	}
 	s := &section{title: title}
 	c.sections = append(c.sections, s)
-	return &flagSet{FlagSet: c.fs, s: s}
+	return &flagSet{FlagSet: c.fs, c: c, s: s}
 }
 
 func (f *flagSet) add(name string) { f.s.flags = append(f.s.flags, name) }
+
+// deprecate marks flag name deprecated; advice says what to do instead.
+func (f *flagSet) deprecate(name, advice string) {
+	if f.c.deprecated == nil {
+		f.c.deprecated = map[string]string{}
+	}
+	f.c.deprecated[name] = advice
+}
+
+// deprecatedUse lists, one message each, the deprecated flags given on the
+// command line or as ENVOY_RLS_* variables, but not those skip names.
+func (c *command) deprecatedUse(skip func(name string) bool) []string {
+	var out []string
+	c.fs.VisitAll(func(f *flag.Flag) {
+		advice, ok := c.deprecated[f.Name]
+		if ok && c.given(f.Name) && !skip(f.Name) {
+			out = append(out, fmt.Sprintf("%s is deprecated: %s", c.source(f.Name), advice))
+		}
+	})
+	return out
+}
 
 func (f *flagSet) StringVar(p *string, name, value, usage string) {
 	f.FlagSet.StringVar(p, name, value, usage)

@@ -47,9 +47,9 @@ func exported(t *testing.T) map[string]bool {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, o := range []options{
 		{Backend: "memory", Memory: memoryOptions{MaxKeys: 10}},
-		{Backend: "redis", redisConn: redisConn{RedisURL: mustRedisURL("redis://127.0.0.1:1"), RedisBatchSize: 1}},
-		{Backend: "redis", redisConn: redisConn{RedisURL: mustRedisURL("redis://127.0.0.1:1"), RedisBatchSize: 1},
-			PerSecond: redisConn{prefix: perSecondPrefix, RedisURL: mustRedisURL("redis://127.0.0.1:2"), RedisBatchSize: 1}},
+		{Backend: "redis", Redis: redisOptions{Main: redisConn{RedisURL: mustRedisURL("redis://127.0.0.1:1"), RedisBatchSize: 1}}},
+		{Backend: "redis", Redis: redisOptions{Main: redisConn{RedisURL: mustRedisURL("redis://127.0.0.1:1"), RedisBatchSize: 1},
+			PerSecond: redisConn{prefix: perSecondPrefix, RedisURL: mustRedisURL("redis://127.0.0.1:2"), RedisBatchSize: 1}}},
 	} {
 		store, err := newStore(o, rec, log, nil)
 		if err != nil {

@@ -29,13 +29,7 @@ type options struct {
 	Memory      memoryOptions
 	Failure     failureOptions
 
-	KeyPrefix string
-
-	// redisConn is the main Redis (--redis-*); PerSecond the Redis of
-	// the per-second counters (--redis-persecond-*), when it has a server.
-	redisConn
-	PerSecond      redisConn
-	LocalDenyCache bool
+	Redis redisOptions
 
 	// cmd is the parsed command line, for messages naming where a value
 	// came from.
@@ -72,10 +66,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	o.Listen.addFlags(c.section("Listeners"), c.section("Connection bounds"))
 	c.section("Store").TextVar(&o.Backend, "backend", backendKind(""), "memory (embedded, bounded) or redis; default: redis when --redis-url, --redis-sentinel or --redis-cluster is given, else memory")
 	o.Memory.addFlags(c.section("Store"))
-	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
-	addRedisFlags(fs, &o.redisConn, "redis-")
-	addRedisFlags(fs, &o.PerSecond, perSecondPrefix)
-	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
+	o.Redis.addFlags(c.section("Redis"), c.section("Per-second Redis"), c.section("Deprecated"))
 	o.Failure.addFlags(c.section("Failure policy"))
 	addRLQSFlags(fs, &o.rlqsOptions)
 	o.Decisions.addFlags(c.section("Decisions"))
@@ -99,6 +90,20 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	return o, err
 }
 
+// warnings lists what serve warns of at start: the ENVOY_RLS_* variables
+// of environ that name no flag, and the deprecated flags given (not those
+// the reference's environment set, which stays a supported surface).
+func (o options) warnings(environ []string) []string {
+	fromReference := func(name string) bool {
+		if o.reference == nil {
+			return false
+		}
+		_, ok := o.reference.Lookup(name)
+		return ok
+	}
+	return append(o.cmd.unknownEnv(environ), o.cmd.deprecatedUse(fromReference)...)
+}
+
 // validate checks the options together.
 func (o *options) validate() error {
 	var errs []error
@@ -117,8 +122,8 @@ func (o *options) validate() error {
 	}
 	switch o.Backend {
 	case "redis":
-		errs = append(errs, o.redisConn.validate()...)
-		errs = append(errs, o.validatePerSecond()...)
+		o.Redis.settle(o.cmd.given)
+		errs = append(errs, o.Redis.validate(o.cmd)...)
 	}
 	return errors.Join(errs...)
 }

@@ -29,7 +29,7 @@ func TestFlagsFromEnvironmentAndCommandLine(t *testing.T) {
 	if o.Listen.GRPCAddr != "127.0.0.1:1" {
 		t.Fatalf("command line must win over the environment: %q", o.Listen.GRPCAddr)
 	}
-	if got := o.RedisCluster; len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
+	if got := o.Redis.Main.RedisCluster; len(got) != 2 || got[0] != "a:1" || got[1] != "b:2" {
 		t.Fatalf("cluster list %q", got)
 	}
 }
@@ -82,11 +82,11 @@ func TestFlagValidation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--redis-url %s: %v", in, err)
 		}
-		if o.RedisURL.String() != want {
-			t.Errorf("--redis-url %s read as %q, want %q", in, o.RedisURL.String(), want)
+		if o.Redis.Main.RedisURL.String() != want {
+			t.Errorf("--redis-url %s read as %q, want %q", in, o.Redis.Main.RedisURL.String(), want)
 		}
-		if len(o.RedisCluster) != 2 || o.RedisCluster[0] != "a:1" || o.RedisCluster[1] != "b:2" {
-			t.Errorf("--redis-cluster read as %q", o.RedisCluster)
+		if len(o.Redis.Main.RedisCluster) != 2 || o.Redis.Main.RedisCluster[0] != "a:1" || o.Redis.Main.RedisCluster[1] != "b:2" {
+			t.Errorf("--redis-cluster read as %q", o.Redis.Main.RedisCluster)
 		}
 	}
 }

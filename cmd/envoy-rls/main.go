@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("serve", err)
 		}
-		for _, w := range o.cmd.unknownEnv(os.Environ()) {
+		for _, w := range o.warnings(os.Environ()) {
 			fmt.Fprintf(stderr, "envoy-rls serve: warning: %s\n", w)
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -19,20 +19,20 @@ import (
 // failure handling (its embedded fallback under --failure-mode local, its
 // own write-backs), its metrics carry redis="main" or redis="persecond",
 // and readiness waits for both.
-func newRedisStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
+func newRedisStore(o redisBackend, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
 	// go-redis logs connection trouble on its own, process-wide; route it
 	// to our logger at debug level, since every failure that matters to a
 	// call is already counted and logged (throttled) by the service.
 	goredis.SetLogger(redisLogger{log})
-	if !o.PerSecond.enabled() {
-		return newOneRedisStore(o, o.redisConn, reg, log, onFallback)
+	if !o.Redis.PerSecond.enabled() {
+		return newOneRedisStore(o, o.Redis.Main, reg, log, onFallback)
 	}
-	main, err := newOneRedisStore(o, o.redisConn, prometheus.WrapRegistererWith(prometheus.Labels{"redis": "main"}, reg), log.With("redis", "main"), onFallback)
+	main, err := newOneRedisStore(o, o.Redis.Main, prometheus.WrapRegistererWith(prometheus.Labels{"redis": "main"}, reg), log.With("redis", "main"), onFallback)
 	if err != nil {
 		return nil, err
 	}
 	psFallback := func(err error) { onFallback(fmt.Errorf("per-second redis: %w", err)) }
-	ps, err := newOneRedisStore(o, o.PerSecond, prometheus.WrapRegistererWith(prometheus.Labels{"redis": "persecond"}, reg), log.With("redis", "persecond"), psFallback)
+	ps, err := newOneRedisStore(o, o.Redis.PerSecond, prometheus.WrapRegistererWith(prometheus.Labels{"redis": "persecond"}, reg), log.With("redis", "persecond"), psFallback)
 	if err != nil {
 		main.Close()
 		return nil, fmt.Errorf("per-second redis: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -13,12 +14,21 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
+// redisBackend is what the redis backend's stores are made of: the Redis
+// settings, the failure policy, the bounds of the local fallback store and
+// how long Close writes back.
+type redisBackend struct {
+	Redis          redisOptions
+	Failure        failureOptions
+	Fallback       memoryOptions
+	CloseWriteBack time.Duration
+}
+
 // newOneRedisStore builds the store of one Redis deployment: c says how to
-// reach it, o holds what both deployments share (key prefix, deny cache,
-// failure mode). It does not connect: the service starts while Redis is
-// down and the store reconnects by itself. Its metrics are registered on
-// reg.
-func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
+// reach it, o holds what both deployments share. It does not connect: the
+// service starts while Redis is down and the store reconnects by itself.
+// Its metrics are registered on reg.
+func newOneRedisStore(o redisBackend, c redisConn, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
 	tlsConf, err := redisTLSConfig(c)
 	if err != nil {
 		return nil, err
@@ -34,16 +44,16 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 		DialTimeout:      c.RedisDialTimeout,
 		ReadTimeout:      c.RedisReadTimeout,
 		WriteTimeout:     c.RedisWriteTimeout,
-		KeyPrefix:        o.KeyPrefix,
+		KeyPrefix:        o.Redis.KeyPrefix,
 		BatchWindow:      c.RedisBatchWindow,
 		BatchSize:        c.RedisBatchSize,
-		LocalDenyCache:   o.LocalDenyCache,
+		LocalDenyCache:   o.Redis.LocalDenyCache,
 		TLS:              tlsConf,
 	}
 	// At shutdown, the hits allowed while Redis was away are written back
 	// for up to --shutdown-grace (a second period, after the calls in
 	// flight drained); none with a grace of 0.
-	ro.CloseWriteBack = o.Listen.ShutdownGrace
+	ro.CloseWriteBack = o.CloseWriteBack
 	if ro.CloseWriteBack <= 0 {
 		ro.CloseWriteBack = -1
 	}
@@ -53,7 +63,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	var fallback *memory.Store
 	switch o.Failure.Mode {
 	case rls.FailLocal:
-		fallback = o.Memory.newStore(reg)
+		fallback = o.Fallback.newStore(reg)
 		ro.Fallback, ro.FallbackShare, ro.OnFallback = fallback, o.Failure.LocalShare, onFallback
 	case rls.FailOpen:
 		ro.CountFailedOpen = true
@@ -88,7 +98,7 @@ func newOneRedisStore(o options, c redisConn, reg prometheus.Registerer, log *sl
 	case tlsConf != nil || c.RedisURL.tls():
 		tlsMode = "on"
 	}
-	log.Info("redis backend", "mode", c.mode(), "tls", tlsMode, "batch_window", c.RedisBatchWindow, "batch_size", c.RedisBatchSize, "pipelines", c.RedisPipelines, "local_deny_cache", o.LocalDenyCache, "failure_mode", o.Failure.Mode.String())
+	log.Info("redis backend", "mode", c.mode(), "tls", tlsMode, "batch_window", c.RedisBatchWindow, "batch_size", c.RedisBatchSize, "pipelines", c.RedisPipelines, "local_deny_cache", o.Redis.LocalDenyCache, "failure_mode", o.Failure.Mode.String())
 	registerRedisMetrics(reg, r)
 	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},

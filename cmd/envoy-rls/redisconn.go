@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -9,15 +8,207 @@ import (
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 )
 
+// redisOptions are the redis backend's: the main Redis, the per-second one
+// and what the counters on both share.
+type redisOptions struct {
+	// Main is the main Redis (--redis-*).
+	Main redisConn
+	// PerSecond is the Redis of the counters of limits of a second or
+	// less, when it names a server (--redis-persecond-url, -sentinel or
+	// -cluster): the main Redis's settings with its own overrides, made
+	// by settle.
+	PerSecond      redisConn
+	KeyPrefix      string
+	LocalDenyCache bool
+
+	// perSecond holds the --redis-persecond-* flags as given.
+	perSecond redisConn
+}
+
+func (o *redisOptions) addFlags(fs, perSecond, deprecated *flagSet) {
+	o.Main.prefix = "redis-"
+	o.Main.addFlags(func(string) *flagSet { return fs }, nil)
+	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
+	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
+	o.perSecond.prefix = perSecondPrefix
+	o.perSecond.addFlags(func(name string) *flagSet {
+		switch perSecondFlags[name] {
+		case psOwn, psOverride:
+			return perSecond
+		case psDeprecated:
+			return deprecated
+		}
+		return nil
+	}, func(name, doc string) string {
+		doc = strings.ReplaceAll(doc, "--redis-", "--"+perSecondPrefix)
+		if name == "url" {
+			doc = "a per-second Redis (counters of limits of a second or less), as the reference's REDIS_PERSECOND; the other counters stay on the main Redis: " + doc
+		} else {
+			doc = "per-second Redis: " + doc
+		}
+		switch perSecondFlags[name] {
+		case psOverride:
+			doc += "; default: --redis-" + name + "'s value"
+		case psDeprecated:
+			doc += "; deprecated: " + perSecondAdvice(name)
+		}
+		return doc
+	})
+	// The per-second Redis takes the main one's values: its flags show
+	// no defaults of their own.
+	for name, role := range perSecondFlags {
+		if role != psOwn {
+			perSecond.Lookup(perSecondPrefix + name).DefValue = ""
+		}
+		if role == psDeprecated {
+			deprecated.deprecate(perSecondPrefix+name, perSecondAdvice(name))
+		}
+	}
+}
+
+// perSecondAdvice says what replaces the deprecated per-second flag of
+// setting name.
+func perSecondAdvice(name string) string {
+	if name == "tls-server-name" {
+		return "the name verified is the --redis-persecond-url host, else each dialed host"
+	}
+	return "the per-second Redis takes --redis-" + name + "'s value"
+}
+
+// perSecondPrefix names the per-second Redis's flags.
+const perSecondPrefix = "redis-persecond-"
+
+// perSecondRole is how the per-second Redis takes one setting.
+type perSecondRole int
+
+const (
+	// psOwn: its own (the server it names), never the main Redis's.
+	psOwn perSecondRole = iota + 1
+	// psOverride: the main Redis's unless its flag is given, as the
+	// reference's REDIS_PERSECOND_* variables carry it (type, auth, TLS
+	// on or off in the URL's scheme, pool size, timeout, pipelining).
+	psOverride
+	// psDeprecated: the same, with a flag kept for the deployments that
+	// set it (see docs/stores.md).
+	psDeprecated
+)
+
+// perSecondFlags are the --redis-persecond-* flags, by the name of the
+// --redis-* flag they override. Every other setting of the per-second
+// Redis is the main Redis's.
+var perSecondFlags = map[string]perSecondRole{
+	"url": psOwn, "sentinel": psOwn, "sentinel-master": psOwn, "cluster": psOwn,
+	"sentinel-password": psOverride, "pool-size": psOverride,
+	"dial-timeout": psOverride, "read-timeout": psOverride, "write-timeout": psOverride,
+	"batch-window": psOverride, "batch-size": psOverride,
+	"pipelines": psDeprecated, "tls-ca-file": psDeprecated, "tls-cert-file": psDeprecated, "tls-key-file": psDeprecated,
+	"tls-server-name": psDeprecated, "tls-insecure-skip-verify": psDeprecated,
+}
+
+// settle makes PerSecond: the main Redis's settings, then the server the
+// per-second flags name and every per-second flag given (given reports
+// whether a flag was). A plain redis:// per-second URL takes none of the
+// main Redis's TLS settings, and --redis-tls-server-name, which names the
+// main servers, is never taken.
+func (o *redisOptions) settle(given func(string) bool) {
+	own, ps := o.perSecond, o.Main
+	ps.prefix, ps.inherited = perSecondPrefix, map[string]bool{}
+	ps.RedisURL, ps.RedisSentinel, ps.RedisSentinelMaster, ps.RedisCluster = own.RedisURL, own.RedisSentinel, own.RedisSentinelMaster, own.RedisCluster
+	ps.RedisTLSServerName = own.RedisTLSServerName
+	if plain := own.RedisURL.set() && !own.RedisURL.tls(); plain {
+		ps.RedisTLSCAFile, ps.RedisTLSCertFile, ps.RedisTLSKeyFile, ps.RedisTLSInsecureSkipVerify = "", "", "", false
+	}
+	plain := own.RedisURL.set() && !own.RedisURL.tls()
+	for name, role := range perSecondFlags {
+		switch {
+		case given(perSecondPrefix + name):
+			copyRedisSetting(&ps, &own, name)
+		case role != psOwn && name != "tls-server-name" && !(plain && strings.HasPrefix(name, "tls-")) && given("redis-"+name):
+			ps.inherited[name] = true
+		}
+	}
+	o.PerSecond = ps
+}
+
+// copyRedisSetting sets the setting of flag name (without its prefix) of
+// dst to src's.
+func copyRedisSetting(dst, src *redisConn, name string) {
+	switch name {
+	case "url":
+		dst.RedisURL = src.RedisURL
+	case "sentinel":
+		dst.RedisSentinel = src.RedisSentinel
+	case "sentinel-master":
+		dst.RedisSentinelMaster = src.RedisSentinelMaster
+	case "sentinel-password":
+		dst.RedisSentinelPassword = src.RedisSentinelPassword
+	case "cluster":
+		dst.RedisCluster = src.RedisCluster
+	case "pool-size":
+		dst.RedisPoolSize = src.RedisPoolSize
+	case "pipelines":
+		dst.RedisPipelines = src.RedisPipelines
+	case "dial-timeout":
+		dst.RedisDialTimeout = src.RedisDialTimeout
+	case "read-timeout":
+		dst.RedisReadTimeout = src.RedisReadTimeout
+	case "write-timeout":
+		dst.RedisWriteTimeout = src.RedisWriteTimeout
+	case "batch-window":
+		dst.RedisBatchWindow = src.RedisBatchWindow
+	case "batch-size":
+		dst.RedisBatchSize = src.RedisBatchSize
+	case "tls-ca-file":
+		dst.RedisTLSCAFile = src.RedisTLSCAFile
+	case "tls-cert-file":
+		dst.RedisTLSCertFile = src.RedisTLSCertFile
+	case "tls-key-file":
+		dst.RedisTLSKeyFile = src.RedisTLSKeyFile
+	case "tls-server-name":
+		dst.RedisTLSServerName = src.RedisTLSServerName
+	case "tls-insecure-skip-verify":
+		dst.RedisTLSInsecureSkipVerify = src.RedisTLSInsecureSkipVerify
+	default:
+		panic("copyRedisSetting: no setting " + name)
+	}
+}
+
+// validate checks the redis backend's settings (settle made PerSecond):
+// the main Redis, and the per-second one when it names a server; without
+// one, no per-second flag.
+func (o redisOptions) validate(c *command) []error {
+	errs := o.Main.validate()
+	if o.PerSecond.enabled() {
+		// A bad setting it took from the main Redis is told once.
+		told := map[string]bool{}
+		for _, err := range errs {
+			told[err.Error()] = true
+		}
+		for _, err := range o.PerSecond.validate() {
+			if !told[err.Error()] {
+				errs = append(errs, err)
+			}
+		}
+		return errs
+	}
+	for name := range perSecondFlags {
+		if f := perSecondPrefix + name; c.given(f) {
+			ps := o.PerSecond
+			return append(errs, fmt.Errorf("%s applies to the per-second Redis, which needs %s, %s or %s",
+				c.source(f), ps.flag("url"), ps.flag("sentinel"), ps.flag("cluster")))
+		}
+	}
+	return errs
+}
+
 // redisConn is how to reach one Redis deployment and talk to it: the main
-// one (the --redis-* flags, embedded in options) or the per-second one
-// (the --redis-persecond-* flags, options.PerSecond). Both are read,
-// checked and built by the same code; the settings of the counters
-// themselves (--key-prefix, --local-deny-cache, --failure-mode) are shared.
+// one or the per-second one. Both are checked and built by the same code.
 type redisConn struct {
-	// prefix is the flags' name prefix, "redis-" (the default) or
-	// "redis-persecond-".
+	// prefix is the flags' name prefix, "redis-" or perSecondPrefix.
 	prefix string
+	// inherited names the settings of the per-second Redis given for the
+	// main one (by flag name without the prefix), for messages.
+	inherited map[string]bool
 
 	RedisURL              redisURLFlag
 	RedisSentinel         addrList
@@ -39,14 +230,12 @@ type redisConn struct {
 	RedisTLSInsecureSkipVerify bool
 }
 
-// perSecondPrefix names the per-second Redis's flags.
-const perSecondPrefix = "redis-persecond-"
-
-// flag returns the name of one of c's flags with its dashes, e.g.
-// flag("url") is "--redis-url" or "--redis-persecond-url".
+// flag returns the name, with its dashes, of the flag that set one of c's
+// settings, e.g. flag("url") is "--redis-url" or "--redis-persecond-url":
+// the main Redis's flag for a setting the per-second one took from it.
 func (c redisConn) flag(name string) string {
 	p := c.prefix
-	if p == "" {
+	if p == "" || c.inherited[name] {
 		p = "redis-"
 	}
 	return "--" + p + name
@@ -68,35 +257,67 @@ func (c redisConn) mode() string {
 	return "standalone"
 }
 
-// addRedisFlags defines the flags of one Redis connection under prefix
-// ("redis-" or perSecondPrefix): the same flags, defaults and checks for
-// both Redis deployments.
-func addRedisFlags(fs *flag.FlagSet, c *redisConn, prefix string) {
-	c.prefix = prefix
-	name := func(n string) string { return prefix + n }
-	doc := func(s string) string {
-		if prefix == "redis-" {
-			return s
+// addFlags defines the flags of c under c.prefix: each in the flag set
+// pick returns for its name without the prefix (none when nil), its usage
+// rewritten by doc when doc is not nil.
+func (c *redisConn) addFlags(pick func(name string) *flagSet, doc func(name, usage string) string) {
+	def := func(name, usage string) (*flagSet, string, string) {
+		if doc != nil {
+			usage = doc(name, usage)
 		}
-		return "per-second Redis (counters of limits of a second or less): " + strings.ReplaceAll(s, "--redis-", "--"+prefix)
+		return pick(name), c.prefix + name, usage
 	}
-	fs.TextVar(&c.RedisURL, name("url"), redisURLFlag{}, doc("standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS"))
-	fs.TextVar(&c.RedisSentinel, name("sentinel"), addrList(nil), doc("Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS"))
-	fs.StringVar(&c.RedisSentinelMaster, name("sentinel-master"), "", doc("Sentinel master name"))
-	fs.StringVar(&c.RedisSentinelPassword, name("sentinel-password"), "", doc("password of the Sentinels (not of the master)"))
-	fs.TextVar(&c.RedisCluster, name("cluster"), addrList(nil), doc("Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS"))
-	fs.IntVar(&c.RedisPoolSize, name("pool-size"), 0, doc("connections per Redis node (0: go-redis default, 10 per CPU)"))
-	fs.IntVar(&c.RedisPipelines, name("pipelines"), redis.DefaultPipelines, doc("most pipelines in flight; requests arriving meanwhile go together in the next one, as one script call (fewer: larger batches, less Redis CPU per decision)"))
-	fs.DurationVar(&c.RedisDialTimeout, name("dial-timeout"), redis.DefaultDialTimeout, doc("Redis connect timeout"))
-	fs.DurationVar(&c.RedisReadTimeout, name("read-timeout"), redis.DefaultIOTimeout, doc("Redis read timeout: how long a pipeline may wait for its replies before its connection is given up (callers leave at their own deadline earlier without closing it)"))
-	fs.DurationVar(&c.RedisWriteTimeout, name("write-timeout"), redis.DefaultIOTimeout, doc("Redis write timeout"))
-	fs.DurationVar(&c.RedisBatchWindow, name("batch-window"), 0, doc("collect concurrent requests for up to this long and send them as one pipeline (0: send as soon as the connection is free)"))
-	fs.IntVar(&c.RedisBatchSize, name("batch-size"), redis.DefaultBatchSize, doc("most requests in one pipeline"))
-	fs.StringVar(&c.RedisTLSCAFile, name("tls-ca-file"), "", doc("PEM CA bundle that verifies the Redis servers' certificates instead of the system roots; turns TLS on"))
-	fs.StringVar(&c.RedisTLSCertFile, name("tls-cert-file"), "", doc("PEM client certificate for Redis (mTLS), with --redis-tls-key-file; turns TLS on"))
-	fs.StringVar(&c.RedisTLSKeyFile, name("tls-key-file"), "", doc("PEM private key of --redis-tls-cert-file"))
-	fs.StringVar(&c.RedisTLSServerName, name("tls-server-name"), "", doc("name verified in the Redis servers' certificates (default: the --redis-url host, else each dialed host); turns TLS on"))
-	fs.BoolVar(&c.RedisTLSInsecureSkipVerify, name("tls-insecure-skip-verify"), false, doc("do not verify the Redis servers' certificates (for testing only); turns TLS on"))
+	if fs, n, u := def("url", "standalone Redis: redis://[user:pass@]host:port/db or rediss:// for TLS"); fs != nil {
+		fs.TextVar(&c.RedisURL, n, redisURLFlag{}, u)
+	}
+	if fs, n, u := def("sentinel", "Sentinel addresses ADDR[,ADDR...] (with --redis-sentinel-master); a --redis-url then only gives credentials, db and TLS"); fs != nil {
+		fs.TextVar(&c.RedisSentinel, n, addrList(nil), u)
+	}
+	if fs, n, u := def("sentinel-master", "Sentinel master name"); fs != nil {
+		fs.StringVar(&c.RedisSentinelMaster, n, "", u)
+	}
+	if fs, n, u := def("sentinel-password", "password of the Sentinels (not of the master)"); fs != nil {
+		fs.StringVar(&c.RedisSentinelPassword, n, "", u)
+	}
+	if fs, n, u := def("cluster", "Redis Cluster seed addresses ADDR[,ADDR...]; a --redis-url then only gives credentials and TLS"); fs != nil {
+		fs.TextVar(&c.RedisCluster, n, addrList(nil), u)
+	}
+	if fs, n, u := def("pool-size", "connections per Redis node (0: go-redis default, 10 per CPU)"); fs != nil {
+		fs.IntVar(&c.RedisPoolSize, n, 0, u)
+	}
+	if fs, n, u := def("pipelines", "most pipelines in flight; requests arriving meanwhile go together in the next one, as one script call (fewer: larger batches, less Redis CPU per decision)"); fs != nil {
+		fs.IntVar(&c.RedisPipelines, n, redis.DefaultPipelines, u)
+	}
+	if fs, n, u := def("dial-timeout", "Redis connect timeout"); fs != nil {
+		fs.DurationVar(&c.RedisDialTimeout, n, redis.DefaultDialTimeout, u)
+	}
+	if fs, n, u := def("read-timeout", "Redis read timeout: how long a pipeline may wait for its replies before its connection is given up (callers leave at their own deadline earlier without closing it)"); fs != nil {
+		fs.DurationVar(&c.RedisReadTimeout, n, redis.DefaultIOTimeout, u)
+	}
+	if fs, n, u := def("write-timeout", "Redis write timeout"); fs != nil {
+		fs.DurationVar(&c.RedisWriteTimeout, n, redis.DefaultIOTimeout, u)
+	}
+	if fs, n, u := def("batch-window", "collect concurrent requests for up to this long and send them as one pipeline (0: send as soon as the connection is free)"); fs != nil {
+		fs.DurationVar(&c.RedisBatchWindow, n, 0, u)
+	}
+	if fs, n, u := def("batch-size", "most requests in one pipeline"); fs != nil {
+		fs.IntVar(&c.RedisBatchSize, n, redis.DefaultBatchSize, u)
+	}
+	if fs, n, u := def("tls-ca-file", "PEM CA bundle that verifies the Redis servers' certificates instead of the system roots; turns TLS on"); fs != nil {
+		fs.StringVar(&c.RedisTLSCAFile, n, "", u)
+	}
+	if fs, n, u := def("tls-cert-file", "PEM client certificate for Redis (mTLS), with --redis-tls-key-file; turns TLS on"); fs != nil {
+		fs.StringVar(&c.RedisTLSCertFile, n, "", u)
+	}
+	if fs, n, u := def("tls-key-file", "PEM private key of --redis-tls-cert-file"); fs != nil {
+		fs.StringVar(&c.RedisTLSKeyFile, n, "", u)
+	}
+	if fs, n, u := def("tls-server-name", "name verified in the Redis servers' certificates (default: the --redis-url host, else each dialed host); turns TLS on"); fs != nil {
+		fs.StringVar(&c.RedisTLSServerName, n, "", u)
+	}
+	if fs, n, u := def("tls-insecure-skip-verify", "do not verify the Redis servers' certificates (for testing only); turns TLS on"); fs != nil {
+		fs.BoolVar(&c.RedisTLSInsecureSkipVerify, n, false, u)
+	}
 }
 
 // validate checks one Redis connection's settings together, without
@@ -123,25 +344,4 @@ func (c redisConn) validate() []error {
 		errs = append(errs, fmt.Errorf("%s must not be negative", c.flag("batch-window")))
 	}
 	return errs
-}
-
-// validatePerSecond checks the --redis-persecond-* flags: none of them
-// without a per-second server, and a per-second server only next to a main
-// one (selectBackend already refused them on the memory backend).
-func (o *options) validatePerSecond() []error {
-	ps := o.PerSecond
-	if ps.enabled() {
-		return ps.validate()
-	}
-	var err error
-	o.cmd.fs.VisitAll(func(f *flag.Flag) {
-		if err == nil && strings.HasPrefix(f.Name, perSecondPrefix) && o.cmd.given(f.Name) {
-			err = fmt.Errorf("%s applies to the per-second Redis, which needs %s, %s or %s",
-				o.cmd.source(f.Name), ps.flag("url"), ps.flag("sentinel"), ps.flag("cluster"))
-		}
-	})
-	if err != nil {
-		return []error{err}
-	}
-	return nil
 }

@@ -42,7 +42,7 @@ func TestReferenceEnvironmentEnvoyGateway(t *testing.T) {
 		o.GRPCTLS.Cert != "/certs/tls.crt" || o.GRPCTLS.ClientCA != "/certs/ca.crt" ||
 		o.Listen.GRPCAddr != "0.0.0.0:8081" || o.Listen.HTTPAddr != "0.0.0.0:8080" || o.Listen.DebugAddr != "0.0.0.0:6070" ||
 		o.Listen.MetricsAddr != ":19001" || !o.Obs.ReferenceMetrics || o.Obs.LogLevel != logLevel(slog.LevelInfo) ||
-		o.Backend != "redis" || o.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.RedisPoolSize != 10 || o.RedisDialTimeout != 10*time.Second ||
+		o.Backend != "redis" || o.Redis.Main.RedisURL.String() != "redis://redis.redis-system.svc.cluster.local:6379" || o.Redis.Main.RedisPoolSize != 10 || o.Redis.Main.RedisDialTimeout != 10*time.Second ||
 		o.Decisions.UsageAccounting != descriptors.UsageAuto {
 		t.Fatalf("options = %+v", o)
 	}
@@ -125,8 +125,8 @@ func TestReferenceModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Response.Headers != rls.HeadersLegacy || !o.Decisions.ShadowMode || o.Obs.NearLimitRatio != 0.5 || o.KeyPrefix != "p_" {
-		t.Fatalf("headers %v shadow %v near %v prefix %q", o.Response.Headers, o.Decisions.ShadowMode, o.Obs.NearLimitRatio, o.KeyPrefix)
+	if o.Response.Headers != rls.HeadersLegacy || !o.Decisions.ShadowMode || o.Obs.NearLimitRatio != 0.5 || o.Redis.KeyPrefix != "p_" {
+		t.Fatalf("headers %v shadow %v near %v prefix %q", o.Response.Headers, o.Decisions.ShadowMode, o.Obs.NearLimitRatio, o.Redis.KeyPrefix)
 	}
 }
 

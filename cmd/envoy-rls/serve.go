@@ -210,7 +210,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	readyDone := make(chan struct{})
 	go func() {
 		defer close(readyDone)
-		s.ready.watch(rctx, s.store, log, max(o.RedisDialTimeout, time.Second), o.Failure.LogInterval)
+		s.ready.watch(rctx, s.store, log, max(o.Redis.Main.RedisDialTimeout, time.Second), o.Failure.LogInterval)
 	}()
 	s.stopReady = func() { cancel(); <-readyDone }
 
@@ -255,7 +255,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 func newStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {
 	switch o.Backend {
 	case "redis":
-		return newRedisStore(o, reg, log, onFallback)
+		return newRedisStore(redisBackend{Redis: o.Redis, Failure: o.Failure, Fallback: o.Memory, CloseWriteBack: o.Listen.ShutdownGrace}, reg, log, onFallback)
 	default:
 		return o.Memory.newStore(reg), nil
 	}

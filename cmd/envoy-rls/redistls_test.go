@@ -25,11 +25,11 @@ func TestRedisTLSFlagsFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.RedisTLSCAFile != "/etc/ca.pem" || o.RedisTLSCertFile != "/etc/c.pem" || o.RedisTLSKeyFile != "/etc/k.pem" ||
-		o.RedisTLSServerName != "redis.internal" || o.RedisTLSInsecureSkipVerify {
+	if o.Redis.Main.RedisTLSCAFile != "/etc/ca.pem" || o.Redis.Main.RedisTLSCertFile != "/etc/c.pem" || o.Redis.Main.RedisTLSKeyFile != "/etc/k.pem" ||
+		o.Redis.Main.RedisTLSServerName != "redis.internal" || o.Redis.Main.RedisTLSInsecureSkipVerify {
 		t.Fatalf("environment not applied: %+v", o)
 	}
-	if !o.redisTLSOn() {
+	if !o.Redis.Main.redisTLSOn() {
 		t.Fatal("TLS flags set but TLS off")
 	}
 
@@ -38,7 +38,7 @@ func TestRedisTLSFlagsFromEnvironment(t *testing.T) {
 	if o, err = parseServe([]string{"--config", "x", "--backend", "redis", "--redis-cluster", "a:1"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if !o.RedisTLSInsecureSkipVerify {
+	if !o.Redis.Main.RedisTLSInsecureSkipVerify {
 		t.Fatal("ENVOY_RLS_REDIS_TLS_INSECURE_SKIP_VERIFY not applied")
 	}
 }
