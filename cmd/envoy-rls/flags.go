@@ -14,7 +14,6 @@ var errHelp = errors.New("help requested")
 
 // options is every setting of `serve`, parsed once here and passed down.
 type options struct {
-	rlqsOptions
 	Source    sourceOptions
 	GRPCTLS   grpcTLSOptions
 	Obs       observabilityOptions
@@ -30,6 +29,7 @@ type options struct {
 	Failure     failureOptions
 
 	Redis redisOptions
+	RLQS  rlqsOptions
 
 	// cmd is the parsed command line, for messages naming where a value
 	// came from.
@@ -68,7 +68,7 @@ func parseServe(args []string, out io.Writer) (options, error) {
 	o.Memory.addFlags(c.section("Store"))
 	o.Redis.addFlags(c.section("Redis"), c.section("Per-second Redis"), c.section("Deprecated"))
 	o.Failure.addFlags(c.section("Failure policy"))
-	addRLQSFlags(fs, &o.rlqsOptions)
+	o.RLQS.addFlags(c.section("RLQS"))
 	o.Decisions.addFlags(c.section("Decisions"))
 	o.Response.addFlags(c.section("Responses"))
 	o.Obs.addFlags(c.section("Observability"))
@@ -110,7 +110,9 @@ func (o *options) validate() error {
 	errs = append(errs, o.Source.validate()...)
 	errs = append(errs, o.GRPCTLS.validate()...)
 	errs = append(errs, o.Listen.validate(o.cmd)...)
-	errs = append(errs, o.validateRLQS()...)
+	if o.Source.Load.RLQS {
+		errs = append(errs, o.RLQS.validate(o.cmd, o.Listen)...)
+	}
 	errs = append(errs, o.Response.validate()...)
 	errs = append(errs, o.Obs.validate()...)
 	errs = append(errs, o.Failure.validate(o.cmd)...)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -96,5 +97,26 @@ func TestBadEnvironmentValueNamesTheVariable(t *testing.T) {
 	_, err := parseServe([]string{"--config", "x"}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "ENVOY_RLS_MAX_KEYS") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// serve -h lists every flag under a topic, in serveTopics' order: the
+// everyday ones first.
+func TestServeHelpTopics(t *testing.T) {
+	var b strings.Builder
+	o, err := parseServe([]string{"-h"}, &b)
+	if !errors.Is(err, errHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	var titles []string
+	for _, s := range o.cmd.helpSections() {
+		titles = append(titles, s.title)
+	}
+	if strings.Join(titles, ",") != strings.Join(serveTopics, ",") {
+		t.Errorf("topics %q, want %q (every flag under one)", titles, serveTopics)
+	}
+	help := b.String()
+	if i, j := strings.Index(help, "\nConfig source:\n  --config "), strings.Index(help, "\nListeners:\n  --grpc-addr "); i < 0 || j < i {
+		t.Errorf("-h does not begin with --config, then --grpc-addr:\n%s", help)
 	}
 }

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -32,7 +31,7 @@ type rlqsOptions struct {
 	RLQSHysteresis          int
 }
 
-func addRLQSFlags(fs *flag.FlagSet, o *rlqsOptions) {
+func (o *rlqsOptions) addFlags(fs *flagSet) {
 	fs.IntVar(&o.RLQSMaxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams, "--rlqs: most RLQS streams open at once (one per Envoy and domain); more are refused with RESOURCE_EXHAUSTED. Each holds a gRPC stream worker of its own, beside --grpc-stream-workers")
 	fs.IntVar(&o.RLQSMaxBucketsPerStream, "rlqs-max-buckets-per-stream", rlqs.DefaultMaxBucketsPerStream, "--rlqs: most quota buckets of one stream; further buckets are abandoned")
 	fs.IntVar(&o.RLQSMaxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "--rlqs: most quota buckets of all streams together; further buckets are abandoned")
@@ -43,10 +42,9 @@ func addRLQSFlags(fs *flag.FlagSet, o *rlqsOptions) {
 	fs.IntVar(&o.RLQSHysteresis, "rlqs-hysteresis", rlqs.DefaultHysteresis, "--rlqs: raise a share only once this many reports in a row asked for more (lowerings apply at once); 0 raises at the first")
 }
 
-func (o *options) validateRLQS() []error {
-	if !o.Source.Load.RLQS {
-		return nil
-	}
+// validate checks the bounds against each other and the listeners'; c
+// names where a value came from.
+func (o rlqsOptions) validate(c *command, l listenerOptions) []error {
 	var errs []error
 	for _, v := range []struct {
 		name string
@@ -60,13 +58,13 @@ func (o *options) validateRLQS() []error {
 		{"rlqs-hysteresis", o.RLQSHysteresis, 0},
 	} {
 		if v.v < v.min {
-			errs = append(errs, fmt.Errorf("%s: must be at least %d", o.cmd.value(v.name, fmt.Sprint(v.v)), v.min))
+			errs = append(errs, fmt.Errorf("%s: must be at least %d", c.value(v.name, fmt.Sprint(v.v)), v.min))
 		}
 	}
 	if o.RLQSMaxReportSize < rlqs.MinReportSize || o.RLQSMaxReportSize > maxGRPCMaxRecvMsgSize {
-		errs = append(errs, fmt.Errorf("%s: want %s to %s", o.cmd.value("rlqs-max-report-size", formatSize(uint64(o.RLQSMaxReportSize))), formatSize(rlqs.MinReportSize), formatSize(maxGRPCMaxRecvMsgSize)))
+		errs = append(errs, fmt.Errorf("%s: want %s to %s", c.value("rlqs-max-report-size", formatSize(uint64(o.RLQSMaxReportSize))), formatSize(rlqs.MinReportSize), formatSize(maxGRPCMaxRecvMsgSize)))
 	}
-	if o.RLQSMaxStreams+o.Listen.GRPCStreamWorkers > maxGRPCStreamWorkers {
+	if o.RLQSMaxStreams+l.GRPCStreamWorkers > maxGRPCStreamWorkers {
 		errs = append(errs, fmt.Errorf("--rlqs-max-streams plus --grpc-stream-workers must be at most %d", maxGRPCStreamWorkers))
 	}
 	return errs
@@ -86,21 +84,18 @@ func (d *rlqsDefault) UnmarshalText(b []byte) error {
 	return errors.New("want allow_all or deny_all")
 }
 
-// rlqsServerOptions are the gRPC server options --rlqs needs beside
+// serverOptions are the gRPC server options --rlqs needs beside
 // grpcServerOptions': messages as large as a report; a stream worker per
 // RLQS stream on top of the RLS calls' (a stream holds its worker for its
 // life, and RLS calls must still find theirs); RLS requests held to
 // --grpc-max-recv-msg-size once read.
-func rlqsServerOptions(o options) []grpc.ServerOption {
-	if !o.Source.Load.RLQS {
-		return nil
-	}
+func (o rlqsOptions) serverOptions(l listenerOptions) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(max(o.Listen.GRPCMaxRecvMsgSize, o.RLQSMaxReportSize))),
-		grpc.ChainUnaryInterceptor(maxRequestSize(int(o.Listen.GRPCMaxRecvMsgSize))),
+		grpc.MaxRecvMsgSize(int(max(l.GRPCMaxRecvMsgSize, o.RLQSMaxReportSize))),
+		grpc.ChainUnaryInterceptor(maxRequestSize(int(l.GRPCMaxRecvMsgSize))),
 	}
-	if o.Listen.GRPCStreamWorkers > 0 {
-		opts = append(opts, grpc.NumStreamWorkers(uint32(o.Listen.GRPCStreamWorkers+o.RLQSMaxStreams)))
+	if l.GRPCStreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(l.GRPCStreamWorkers+o.RLQSMaxStreams)))
 	}
 	return opts
 }
@@ -127,10 +122,10 @@ func maxRequestSize(limit int) grpc.UnaryServerInterceptor {
 // with its health status. Its shares live in Redis with the Redis backend
 // (every instance on that Redis divides each limit), else in the process.
 func (s *server) startRLQS() {
-	o := s.o
-	if !o.Source.Load.RLQS {
+	if !s.o.Source.Load.RLQS {
 		return
 	}
+	o := s.o.RLQS
 	var shares rlqs.Shares
 	where := "process"
 	if c, prefix, ok := redisClientOf(s.store); ok {

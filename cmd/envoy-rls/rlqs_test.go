@@ -35,11 +35,11 @@ import (
 func TestRLQSFlags(t *testing.T) {
 	o, err := parseServe([]string{"--config", "x.yaml"}, io.Discard)
 	if err != nil || o.Source.Load.RLQS || o.Source.Load.descriptorOptions().OrderFree {
-		t.Fatalf("defaults: %v %+v", err, o.rlqsOptions)
+		t.Fatalf("defaults: %v %+v", err, o.RLQS)
 	}
 	o, err = parseServe([]string{"--config", "x.yaml", "--rlqs", "--rlqs-max-streams", "7", "--rlqs-unmatched", "deny_all", "--rlqs-abandon-after", "0"}, io.Discard)
-	if err != nil || !o.Source.Load.RLQS || o.RLQSMaxStreams != 7 || o.RLQSUnmatched != "deny_all" || o.RLQSAbandonAfter != 0 || !o.Source.Load.descriptorOptions().OrderFree || o.RLQSMaxReportSize != rlqs.MinReportSize {
-		t.Fatalf("--rlqs: %v %+v", err, o.rlqsOptions)
+	if err != nil || !o.Source.Load.RLQS || o.RLQS.RLQSMaxStreams != 7 || o.RLQS.RLQSUnmatched != "deny_all" || o.RLQS.RLQSAbandonAfter != 0 || !o.Source.Load.descriptorOptions().OrderFree || o.RLQS.RLQSMaxReportSize != rlqs.MinReportSize {
+		t.Fatalf("--rlqs: %v %+v", err, o.RLQS)
 	}
 	for _, args := range [][]string{
 		{"--rlqs-max-report-size", "1MiB"},
@@ -89,7 +89,7 @@ func TestRLQSStreamsDoNotTakeRLSWorkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := append(grpcServerOptions(o.Listen), rlqsServerOptions(o)...)
+		opts := append(grpcServerOptions(o.Listen), o.RLQS.serverOptions(o.Listen)...)
 		if !extra {
 			opts = append(opts, grpc.NumStreamWorkers(2))
 		}

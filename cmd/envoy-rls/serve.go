@@ -181,7 +181,10 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 		}
 	}
 
-	grpcOpts := append(grpcServerOptions(o.Listen), rlqsServerOptions(o)...)
+	grpcOpts := grpcServerOptions(o.Listen)
+	if o.Source.Load.RLQS {
+		grpcOpts = append(grpcOpts, o.RLQS.serverOptions(o.Listen)...)
+	}
 	if o.GRPCTLS.on() {
 		creds, err := o.GRPCTLS.serverOption(log)
 		if err != nil {
