@@ -11,13 +11,11 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
 
 // close releases what build made: the side listeners, the xDS client, the
-// main listeners (when serving never started), the store and the SIGHUP
-// catch. It is safe on a server that build left half made.
+// gRPC server and the main listeners (when serving never started), the
+// store and the SIGHUP catch. It is safe on a server that build left half made.
 func (s *server) close() {
 	if s.tracing != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -34,6 +32,10 @@ func (s *server) close() {
 	if s.stopXDS != nil {
 		s.stopXDS()
 		s.stopXDS = nil
+	}
+	if s.grpcSrv != nil {
+		// Stopped already when it served; else its stream workers end.
+		s.grpcSrv.Stop()
 	}
 	if s.grpcLis != nil {
 		s.grpcLis.Close()
@@ -74,8 +76,7 @@ func (s *server) reload(reason string) {
 	if s.o.Source.ConfigXDS != "" {
 		return
 	}
-	next, err := descriptors.LoadWith(s.o.Source.Config, s.o.Source.Load.descriptorOptions())
-	s.metrics.ConfigLoad(err)
+	next, err := s.loadFiles()
 	if err != nil {
 		if s.svc.Config() == nil {
 			s.log.Error("config reload failed; still serving without a config", "reason", reason, "errors", err.Error())
@@ -84,11 +85,8 @@ func (s *server) reload(reason string) {
 		}
 		return
 	}
-	s.svc.SetConfig(next)
-	s.ready.configChanged()
+	s.applyConfig(next)
 	s.log.Info("config reloaded", "reason", reason, "domains", len(next.Domains()))
-	logWarnings(s.log, next)
-	s.metrics.ConfigWarnings(len(next.Warnings()))
 }
 
 // run serves until ctx ends, then shuts down gracefully. It returns early

@@ -72,55 +72,118 @@ type server struct {
 // returns a nil server and no error when ctx ends while it waits for the
 // control plane. The caller closes a non-nil server, also on error.
 func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
-	s := &server{o: o, log: o.Obs.newLogger(logOut)}
-	log := s.log
-	// Catch SIGHUP from the start: before the watcher runs, one would
-	// otherwise kill the process. The watcher reloads on it.
-	s.hup = make(chan os.Signal, 1)
-	signal.Notify(s.hup, syscall.SIGHUP)
-	logReference(o.reference, log)
-	var (
-		cfg     *descriptors.Config
-		loadErr error // of the config at start, when serving without it
-	)
-	if o.Source.ConfigXDS == "" {
-		var err error
-		if cfg, err = descriptors.LoadWith(o.Source.Config, o.Source.Load.descriptorOptions()); err != nil {
-			where := "loading config"
-			if o.reference != nil {
-				where = fmt.Sprintf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s", o.Source.Config)
-			}
-			if _, statErr := os.Stat(o.Source.Config); !o.Source.ForceStart || statErr != nil {
-				// A missing path fails fast even when forced, as the
-				// reference cannot watch a directory that is not there.
-				return s, fmt.Errorf("%s:\n%v", where, err)
-			}
-			// As the reference server: serve without a config (calls fail
-			// with "no rate limit configuration loaded") until a valid one
-			// is loaded when the files change.
-			loadErr = err
-			log.Error("config not loaded; serving without one until a valid config is loaded (--force-start-without-initial-config)", "config", o.Source.Config, "errors", err.Error())
-		}
-		logWarnings(log, cfg)
-	}
-	s.reg = prometheus.NewRegistry()
-	s.metrics = o.Obs.registerMetrics(s.reg)
-	if cfg != nil || loadErr != nil {
-		s.metrics.ConfigLoad(loadErr)
-	}
-	if cfg != nil {
-		s.metrics.ConfigWarnings(len(cfg.Warnings()))
-	}
-
-	traceCfg := o.Obs.Tracing
-	var err error
-	if s.tracing, err = tracing.Setup(ctx, traceCfg, version); err != nil {
+	s := newServer(o, logOut)
+	logReference(o.reference, s.log)
+	cfg, err := s.firstConfig()
+	if err != nil {
 		return s, err
 	}
-	if traceCfg.Enabled {
-		log.Info("tracing on", "protocol", traceCfg.Protocol, "service", traceCfg.ServiceName, "sampling_rate", traceCfg.SamplingRate)
+	if err := s.startTracing(ctx); err != nil {
+		return s, err
 	}
+	if err := s.newService(cfg); err != nil {
+		return s, err
+	}
+	if err := s.newGRPCServer(); err != nil {
+		return s, err
+	}
+	if o.Source.ConfigXDS != "" {
+		if ok, err := s.startXDS(ctx); err != nil || !ok {
+			if !ok {
+				s.close()
+				return nil, nil
+			}
+			return s, err
+		}
+	}
+	if err := s.openListeners(); err != nil {
+		return s, err
+	}
+	if s.extra, err = startSideListeners(o.Listen, s.svc, s.reg, s.log); err != nil {
+		return s, err
+	}
+	return s, nil
+}
 
+// newServer returns a server with its logger and metrics, catching SIGHUP
+// from now on: before the watcher runs, one would otherwise kill the
+// process. The watcher reloads on it.
+func newServer(o options, logOut io.Writer) *server {
+	s := &server{o: o, log: o.Obs.newLogger(logOut), reg: prometheus.NewRegistry()}
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
+	s.metrics = o.Obs.registerMetrics(s.reg)
+	return s
+}
+
+// firstConfig loads the config files at start (nil with --config-xds). A
+// config that does not load stops the start, unless
+// --force-start-without-initial-config and its path exists: then the
+// service starts without one, as the reference server does (calls fail with
+// "no rate limit configuration loaded" until a valid one is loaded when the
+// files change), and firstConfig returns nil.
+func (s *server) firstConfig() (*descriptors.Config, error) {
+	src := s.o.Source
+	if src.ConfigXDS != "" {
+		return nil, nil
+	}
+	cfg, err := s.loadFiles()
+	if err == nil {
+		return cfg, nil
+	}
+	where := "loading config"
+	if s.o.reference != nil {
+		where = fmt.Sprintf("no --config given, so the config comes from the reference server's environment (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY, CONFIG_TYPE); loading %s", src.Config)
+	}
+	if _, statErr := os.Stat(src.Config); !src.ForceStart || statErr != nil {
+		// A missing path fails fast even when forced, as the reference
+		// cannot watch a directory that is not there.
+		return nil, fmt.Errorf("%s:\n%v", where, err)
+	}
+	s.log.Error("config not loaded; serving without one until a valid config is loaded (--force-start-without-initial-config)", "config", src.Config, "errors", err.Error())
+	return nil, nil
+}
+
+// loadFiles loads the config files, counts the outcome in the metrics and
+// logs what --config-lenient accepted.
+func (s *server) loadFiles() (*descriptors.Config, error) {
+	cfg, err := descriptors.LoadWith(s.o.Source.Config, s.o.Source.Load.descriptorOptions())
+	s.metrics.ConfigLoad(err)
+	if err != nil {
+		return nil, err
+	}
+	logWarnings(s.log, cfg)
+	return cfg, nil
+}
+
+// applyConfig puts cfg in use, whoever loaded it (the files at start and
+// on reload, the xDS client): the service decides with it, the metrics
+// count its warnings, and health follows it (--health-requires-config).
+func (s *server) applyConfig(cfg *descriptors.Config) {
+	s.svc.SetConfig(cfg)
+	s.metrics.ConfigWarnings(len(cfg.Warnings()))
+	if s.ready != nil {
+		s.ready.configChanged()
+	}
+}
+
+// startTracing sets the tracer up as the environment asks.
+func (s *server) startTracing(ctx context.Context) error {
+	c := s.o.Obs.Tracing
+	var err error
+	if s.tracing, err = tracing.Setup(ctx, c, version); err != nil {
+		return err
+	}
+	if c.Enabled {
+		s.log.Info("tracing on", "protocol", c.Protocol, "service", c.ServiceName, "sampling_rate", c.SamplingRate)
+	}
+	return nil
+}
+
+// newService makes the store and the service, deciding with cfg (nil: no
+// config yet).
+func (s *server) newService(cfg *descriptors.Config) error {
+	o := s.o
 	// The store reports the requests its local fallback decided to the
 	// service's failure log, which exists only once the service does.
 	var svc atomic.Pointer[rls.Service]
@@ -129,129 +192,139 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 			v.BackendFallback(err)
 		}
 	}
-	if s.store, err = newStore(o, s.reg, log, onFallback); err != nil {
-		return s, err
+	var err error
+	if s.store, err = newStore(o, s.reg, s.log, onFallback); err != nil {
+		return err
 	}
-	s.svc = rls.New(s.store, cfg, rls.Options{
+	s.svc = rls.New(s.store, nil, rls.Options{
 		FailureMode:             o.Failure.Mode,
 		BackendTimeout:          o.Failure.BackendTimeout,
+		LogInterval:             o.Failure.LogInterval,
 		ShadowMode:              o.Decisions.ShadowMode,
-		ResponseHeaders:         o.Response.Headers,
-		LegacyHeaderNames:       o.Response.legacyNames(),
 		QuotaMode:               o.Decisions.QuotaMode,
 		UsageAccounting:         o.Decisions.UsageAccounting,
+		ResponseHeaders:         o.Response.Headers,
+		LegacyHeaderNames:       o.Response.legacyNames(),
 		OverLimitBody:           o.Response.body,
+		ResponseDynamicMetadata: o.Response.DynamicMetadata,
 		NearLimitRatio:          o.Obs.NearLimitRatio,
 		Tracer:                  s.tracing.Tracer,
 		Propagator:              s.tracing.Propagator,
-		Logger:                  log,
+		Logger:                  s.log,
 		Metrics:                 s.metrics,
-		LogInterval:             o.Failure.LogInterval,
-		ResponseDynamicMetadata: o.Response.DynamicMetadata,
 	})
 	svc.Store(s.svc)
-
-	// The readiness, once made: the xDS client tells it of every config
-	// it applies (health may require one).
-	var readyNow atomic.Pointer[readiness]
-	if o.Source.ConfigXDS != "" {
-		apply := func(c *descriptors.Config) {
-			s.svc.SetConfig(c)
-			s.metrics.ConfigWarnings(len(c.Warnings()))
-			if r := readyNow.Load(); r != nil {
-				r.configChanged()
-			}
-		}
-		client, err := o.Source.XDS.newClient(o.Source.ConfigXDS, o.Source.Load, apply, s.metrics.ConfigLoad, log)
-		if err != nil {
-			return s, err
-		}
-		xctx, cancel := context.WithCancel(context.Background())
-		xdsDone := make(chan struct{})
-		go func() { client.Run(xctx); close(xdsDone) }()
-		s.stopXDS = func() { cancel(); <-xdsDone }
-		if !o.Source.ForceStart {
-			log.Info("waiting for the first config from the xDS control plane", "server", o.Source.ConfigXDS)
-			select {
-			case <-client.FirstConfig():
-			case <-ctx.Done():
-				s.close()
-				return nil, nil
-			}
-		}
+	if cfg != nil {
+		s.applyConfig(cfg)
 	}
+	return nil
+}
 
-	grpcOpts := grpcServerOptions(o.Listen)
+// newGRPCServer makes the gRPC server (not listening yet) with RLS, health
+// and, with --rlqs, RLQS, and the readiness its health reports, which
+// starts checking the backend.
+func (s *server) newGRPCServer() error {
+	o := s.o
+	opts := grpcServerOptions(o.Listen)
 	if o.Source.Load.RLQS {
-		grpcOpts = append(grpcOpts, o.RLQS.serverOptions(o.Listen)...)
+		opts = append(opts, o.RLQS.serverOptions(o.Listen)...)
 	}
 	if o.GRPCTLS.on() {
-		creds, err := o.GRPCTLS.serverOption(log)
+		creds, err := o.GRPCTLS.serverOption(s.log)
 		if err != nil {
-			return s, err
+			return err
 		}
-		grpcOpts = append(grpcOpts, creds)
+		opts = append(opts, creds)
 	}
-	if s.grpcLis, err = listen(o.Listen.GRPCAddr); err != nil {
-		return s, fmt.Errorf("gRPC listener: %w", err)
-	}
-	limited := newLimitListener(s.grpcLis, o.Listen.GRPCMaxConnections)
-	s.grpcLis = limited
-	if err := limited.register(s.reg, "grpc", "--grpc-max-connections"); err != nil {
-		return s, err
-	}
-	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, grpcOpts...)
+	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, opts...)
 	s.startRLQS()
 	var hasConfig func() bool
 	if o.Obs.HealthRequiresConfig {
 		hasConfig = func() bool { return len(s.svc.Config().Domains()) > 0 }
 	}
 	s.ready = newReadiness(s.store, s.health, hasConfig)
-	readyNow.Store(s.ready)
-	s.ready.configChanged() // a config the xDS client applied meanwhile
-	rctx, cancel := context.WithCancel(context.Background())
-	readyDone := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
-		defer close(readyDone)
-		s.ready.watch(rctx, s.store, log, max(o.Redis.Main.RedisDialTimeout, time.Second), o.Failure.LogInterval)
+		defer close(done)
+		s.ready.watch(ctx, s.store, s.log, max(o.Redis.Main.RedisDialTimeout, time.Second), o.Failure.LogInterval)
 	}()
-	s.stopReady = func() { cancel(); <-readyDone }
+	s.stopReady = func() { cancel(); <-done }
+	return nil
+}
 
-	if o.Listen.HTTPAddr != "" {
-		if s.httpLis, err = net.Listen("tcp", o.Listen.HTTPAddr); err != nil {
-			return s, fmt.Errorf("HTTP listener: %w", err)
-		}
-		limited := newLimitListener(s.httpLis, o.Listen.HTTPMaxConnections)
-		s.httpLis = limited
-		if err := limited.register(s.reg, "http", "--http-max-connections"); err != nil {
-			return s, err
-		}
-		mux := http.NewServeMux()
-		// 503 with the reason until the backend answered once, and from
-		// shutdown on while calls in flight finish.
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if ok, why := s.ready.status(); !ok {
-				http.Error(w, why, http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "OK")
-		})
-		mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
-			if ok, _ := s.ready.status(); !ok {
-				w.WriteHeader(http.StatusInternalServerError)
-				return
-			}
-			fmt.Fprint(w, "OK")
-		})
-		mux.Handle("/json", s.svc.JSONHandler())
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-		s.httpSrv = newHTTPServer(o.Listen, mux)
+// startXDS starts the client of --config-xds, which applies every valid
+// config it receives, and waits for the first one unless
+// --force-start-without-initial-config. It returns false when ctx ended
+// meanwhile.
+func (s *server) startXDS(ctx context.Context) (bool, error) {
+	src := s.o.Source
+	client, err := src.XDS.newClient(src.ConfigXDS, src.Load, s.applyConfig, s.metrics.ConfigLoad, s.log)
+	if err != nil {
+		return true, err
 	}
+	xctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { client.Run(xctx); close(done) }()
+	s.stopXDS = func() { cancel(); <-done }
+	if src.ForceStart {
+		return true, nil
+	}
+	s.log.Info("waiting for the first config from the xDS control plane", "server", src.ConfigXDS)
+	select {
+	case <-client.FirstConfig():
+		return true, nil
+	case <-ctx.Done():
+		return false, nil
+	}
+}
 
-	if s.extra, err = startSideListeners(o.Listen, s.svc, s.reg, log); err != nil {
-		return s, err
+// openListeners opens the gRPC listener and, with --http-addr, the HTTP
+// one with its server (/healthz, /healthcheck, /json, /metrics), each
+// bounded in connections.
+func (s *server) openListeners() error {
+	o := s.o.Listen
+	var err error
+	if s.grpcLis, err = listen(o.GRPCAddr); err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	return s, nil
+	limited := newLimitListener(s.grpcLis, o.GRPCMaxConnections)
+	s.grpcLis = limited
+	if err := limited.register(s.reg, "grpc", "--grpc-max-connections"); err != nil {
+		return err
+	}
+	if o.HTTPAddr == "" {
+		return nil
+	}
+	if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	limited = newLimitListener(s.httpLis, o.HTTPMaxConnections)
+	s.httpLis = limited
+	if err := limited.register(s.reg, "http", "--http-max-connections"); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	// 503 with the reason until the backend answered once, and from
+	// shutdown on while calls in flight finish.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := s.ready.status(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "OK")
+	})
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, _ := s.ready.status(); !ok {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, "OK")
+	})
+	mux.Handle("/json", s.svc.JSONHandler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	s.httpSrv = newHTTPServer(o, mux)
+	return nil
 }
 
 // newStore builds the configured backend.
