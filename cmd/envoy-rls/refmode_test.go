@@ -65,6 +65,31 @@ func TestUsageAccountingUnderTheReferenceEnvironment(t *testing.T) {
 	}
 }
 
+// The reference has no consistency either: under its environment (the
+// config over xDS) ENVOY_RLS_CONSISTENCY chooses for every limit, and the
+// default is strict; a value that is not a consistency is refused.
+func TestConsistencyUnderTheReferenceEnvironment(t *testing.T) {
+	withEnv(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"})
+	o, err := parseServe(nil, io.Discard)
+	if err != nil || o.Decisions.Consistency != descriptors.ConsistencyStrict {
+		t.Fatalf("default: consistency %v, %v", o.Decisions.Consistency, err)
+	}
+	for _, v := range []string{"lease", "approximate", "strict"} {
+		t.Setenv("ENVOY_RLS_CONSISTENCY", v)
+		o, err := parseServe(nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.reference == nil || o.Source.ConfigXDS == "" || o.Decisions.Consistency.String() != v {
+			t.Fatalf("ENVOY_RLS_CONSISTENCY=%s: reference %v, xds %q, consistency %v", v, o.reference != nil, o.Source.ConfigXDS, o.Decisions.Consistency)
+		}
+	}
+	t.Setenv("ENVOY_RLS_CONSISTENCY", "eventual")
+	if _, err := parseServe(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "strict, lease or approximate") {
+		t.Fatalf("ENVOY_RLS_CONSISTENCY=eventual: %v", err)
+	}
+}
+
 // Native flags and ENVOY_RLS_* variables win over the reference's.
 func TestNativeSettingsWin(t *testing.T) {
 	withEnv(t, map[string]string{"RUNTIME_ROOT": "/data", "GRPC_PORT": "9000", "LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"})

@@ -12,11 +12,13 @@ import (
 )
 
 // decisionOptions change how the limits decide: globally in shadow, every
-// descriptor in quota mode, and which charges are usage accounting.
+// descriptor in quota mode, which charges are usage accounting, and where
+// the limits that say nothing are decided (consistency).
 type decisionOptions struct {
 	ShadowMode      bool
 	QuotaMode       bool
 	UsageAccounting descriptors.UsageAccounting
+	Consistency     descriptors.Consistency
 }
 
 func (o *decisionOptions) addFlags(fs *flagSet) {
@@ -24,6 +26,8 @@ func (o *decisionOptions) addFlags(fs *flagSet) {
 	fs.BoolVar(&o.QuotaMode, "quota-mode", false, "treat every descriptor as quota_mode: a request is over the limit only when a descriptor that is not quota_mode is, or all quota_mode ones are; their hits are usage accounting (the reference's QUOTA_MODE)")
 	o.UsageAccounting = descriptors.UsageAuto
 	fs.TextVar(&o.UsageAccounting, "usage-accounting", o.UsageAccounting, "which charges are usage accounting, counted even when they do not fit (past the limit, or as token_bucket/gcra debt), for descriptors and files that set no usage_accounting, and every config over xDS: auto (hits given on the descriptor, its own hits_addend, as Envoy Gateway's cost.response and Envoy AI Gateway's token costs send them; ordinary admission charges nothing when denied), always (every charge, as the reference counts) or never (a denied request charges nothing); quota_mode descriptors account every charge")
+	o.Consistency = descriptors.ConsistencyStrict
+	fs.TextVar(&o.Consistency, "consistency", o.Consistency, "default consistency of the limits whose file sets none, and of every config over xDS, whose format cannot say it (then every limit, usage budgets included): strict (every decision in Redis), lease (from chunks of the limit reserved in Redis; never more than the limit) or approximate (on local counters synced in the background, within a stated bound); see docs/consistency.md. Every limit is strict on the memory backend, and so are sliding_window_log limits and requests' limit overrides")
 }
 
 // responseOptions say what answers carry beside the codes: quota headers,

@@ -203,6 +203,7 @@ func (s *server) newService(cfg *descriptors.Config) error {
 		ShadowMode:              o.Decisions.ShadowMode,
 		QuotaMode:               o.Decisions.QuotaMode,
 		UsageAccounting:         o.Decisions.UsageAccounting,
+		Consistency:             o.Decisions.Consistency,
 		ResponseHeaders:         o.Response.Headers,
 		LegacyHeaderNames:       o.Response.legacyNames(),
 		OverLimitBody:           o.Response.body,

@@ -70,6 +70,7 @@ type Limit struct {
 	Burst           uint64   `json:"burst,omitempty"`
 	Shadow          bool     `json:"shadow_mode,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
+	Consistency     string   `json:"consistency,omitempty"`
 }
 
 // JSON lists every descriptor of cfg, in the order of Config.Walk. A nil
@@ -86,7 +87,7 @@ func JSON(cfg *descriptors.Config) []Descriptor {
 			ValueToMetric: n.ValueToMetric, ShareThreshold: n.ShareThreshold, File: d.NodeFile(n), Line: n.Line,
 		}
 		for _, l := range n.Limits {
-			jl := Limit{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.RequestsPerUnit, Unlimited: l.Unlimited, Shadow: l.Shadow, Replaces: l.Replaces}
+			jl := Limit{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.RequestsPerUnit, Unlimited: l.Unlimited, Shadow: l.Shadow, Replaces: l.Replaces, Consistency: l.Consistency.String()}
 			if !l.Unlimited {
 				jl.Window = l.Limit.Window.String()
 				jl.Algorithm = l.Limit.Algorithm.String()

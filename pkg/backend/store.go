@@ -81,6 +81,12 @@ type Item struct {
 	// towards the verdict as its Mode says. Checks (Hits 0) are decided as
 	// usual: they deny once no room is left for one hit.
 	Account bool
+	// Consistency says where the item may be decided when instances share
+	// the store: Strict (the zero value) in the shared store, Lease or
+	// Approximate in memory within a stated bound. Only
+	// pkg/backend/consistency reads it; every other store decides the
+	// item in its own state, as Strict.
+	Consistency Consistency
 }
 
 // Store decides requests against stored state.

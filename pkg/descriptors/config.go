@@ -58,6 +58,10 @@ type Domain struct {
 	// DefaultUsageAccounting is the file's default_usage_accounting
 	// (UsageUnset when not set), which applies to request limit overrides.
 	DefaultUsageAccounting UsageAccounting
+	// DefaultConsistency is the file's default_consistency
+	// (ConsistencyUnset when not set): the consistency of its limits that
+	// set none.
+	DefaultConsistency Consistency
 
 	root  level
 	files map[*Node]string // the files of top-level nodes merged in from other files
@@ -151,6 +155,11 @@ type RateLimit struct {
 	// renames, moves or re-counts the limit: a lowered limit applies at once
 	// to what was already used.
 	ID string
+	// Consistency is the limit's consistency: its own, else its file's
+	// default_consistency, else ConsistencyUnset (the service's default
+	// decides). A sliding_window_log limit is always ConsistencyStrict
+	// (see SupportsConsistency).
+	Consistency Consistency
 	// Line is the line of the limit in its file.
 	Line int
 }

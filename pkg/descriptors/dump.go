@@ -50,7 +50,8 @@ func (n *Node) FullKey() string { return n.statsKey }
 // ("KEY: unit=UNIT requests_per_unit=N, shadow_mode: B, quota_mode: B").
 // A limit with a custom window shows it as unit=<duration>; an unlimited one
 // as unit=UNKNOWN requests_per_unit=0, as the reference prints it; a limit
-// with another algorithm than fixed_window adds ", algorithm: NAME".
+// with another algorithm than fixed_window adds ", algorithm: NAME", and one
+// with a consistency of its own or its file's ", consistency: NAME".
 func (c *Config) Dump(w io.Writer) error {
 	var b strings.Builder
 	c.Walk(func(_ *Domain, n *Node) {
@@ -65,6 +66,9 @@ func (c *Config) Dump(w io.Writer) error {
 			fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t", n.statsKey, unit, rpu, l.Shadow, n.QuotaMode)
 			if !l.Unlimited && l.Limit.Algorithm != algorithms.FixedWindow {
 				fmt.Fprintf(&b, ", algorithm: %s", l.Limit.Algorithm)
+			}
+			if l.Consistency != ConsistencyUnset {
+				fmt.Fprintf(&b, ", consistency: %s", l.Consistency)
 			}
 			b.WriteByte('\n')
 		}

@@ -95,7 +95,7 @@ func (p *parser) rateLimit(n *yaml.Node, single bool) *RateLimit {
 	l.Replaces = p.replaces(fs["replaces"], l.Name)
 	l.Unlimited = p.boolean(fs["unlimited"], "unlimited")
 	if l.Unlimited {
-		for _, name := range []string{"unit", "requests_per_unit", "algorithm", "burst", "window"} {
+		for _, name := range []string{"unit", "requests_per_unit", "algorithm", "burst", "window", "consistency"} {
 			if f := fs[name]; f.val != nil && !p.ignoredBesideUnlimited(f, name) {
 				p.errorf(f.key.Line, "unlimited must not be combined with %s", name)
 			}
@@ -109,6 +109,19 @@ func (p *parser) rateLimit(n *yaml.Node, single bool) *RateLimit {
 		alg, algOK = p.algorithm(f, "algorithm")
 	}
 	l.Limit.Algorithm = alg
+
+	l.Consistency = p.cons
+	if f := fs["consistency"]; f.val != nil {
+		if c := p.consistency(f, "consistency"); c != ConsistencyUnset {
+			if c.Relaxed() && algOK && !SupportsConsistency(alg) {
+				p.errorf(f.key.Line, "consistency %s cannot decide %s, which keeps the time of every hit: use strict (the default) or another algorithm", c, alg)
+			}
+			l.Consistency = c
+		}
+	}
+	if !SupportsConsistency(alg) {
+		l.Consistency = ConsistencyStrict // whatever the defaults say
+	}
 
 	switch unit, window := fs["unit"], fs["window"]; {
 	case unit.val != nil && window.val != nil:

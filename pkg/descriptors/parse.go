@@ -20,9 +20,9 @@ const MaxSlidingLogRequests = 100000
 
 // The fields each mapping of the format may hold.
 var (
-	topFields   = []string{"domain", "descriptors", "default_algorithm", "default_usage_accounting", "tiers", "name"} // name: the xDS resource name Envoy Gateway's dumps carry; ignored
+	topFields   = []string{"domain", "descriptors", "default_algorithm", "default_usage_accounting", "default_consistency", "tiers", "name"} // name: the xDS resource name Envoy Gateway's dumps carry; ignored
 	nodeFields  = []string{"key", "value", "rate_limit", "rate_limits", "tier", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "usage_accounting"}
-	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "window", "shadow_mode"}
+	limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "window", "shadow_mode", "consistency"}
 )
 
 // algorithmNames lists the algorithm names for error messages.
@@ -41,6 +41,7 @@ type parser struct {
 	errs   Errors
 	alg    algorithms.Kind         // default_algorithm
 	usage  UsageAccounting         // default_usage_accounting
+	cons   Consistency             // default_consistency
 	tiers  map[string][]*RateLimit // by name
 	domain string
 
@@ -232,11 +233,13 @@ func (p *parser) document(doc *yaml.Node, budget *int) *Domain {
 		p.alg, _ = p.algorithm(f, "default_algorithm")
 	}
 	p.usage = p.usageAccounting(fs["default_usage_accounting"], "default_usage_accounting")
+	p.cons = p.consistency(fs["default_consistency"], "default_consistency")
 	p.readTiers(fs["tiers"])
 	tree := p.descriptors(fs["descriptors"], nil)
 	if d != nil {
 		d.DefaultAlgorithm = p.alg
 		d.DefaultUsageAccounting = p.usage
+		d.DefaultConsistency = p.cons
 		d.root = tree
 	}
 	return d

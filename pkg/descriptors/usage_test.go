@@ -84,3 +84,77 @@ func TestUsageAccountingAccounts(t *testing.T) {
 		t.Error("empty name accepted")
 	}
 }
+
+// TestConsistencyResolves: a limit's consistency is its own, else its
+// file's default_consistency, else unset (the service's default decides),
+// in rate_limit, composite lists and tiers alike; a sliding_window_log is
+// strict whatever the default says.
+func TestConsistencyResolves(t *testing.T) {
+	c := mustParse(t, `
+domain: a
+default_consistency: lease
+tiers:
+  t:
+    - {unit: hour, requests_per_unit: 5}
+    - {unit: minute, requests_per_unit: 1, consistency: approximate}
+descriptors:
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: own
+    rate_limit: {unit: hour, requests_per_unit: 1, consistency: strict}
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_window_log}
+  - key: list
+    rate_limits:
+      - {unit: hour, requests_per_unit: 1, algorithm: token_bucket, consistency: approximate}
+      - {unit: day, requests_per_unit: 1}
+  - key: tier
+    tier: t
+---
+domain: b
+descriptors:
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: own
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: gcra, consistency: approximate}
+`)
+	for _, tc := range []struct {
+		domain, key string
+		want        []Consistency
+	}{
+		{"a", "plain", []Consistency{ConsistencyLease}},
+		{"a", "own", []Consistency{ConsistencyStrict}},
+		{"a", "log", []Consistency{ConsistencyStrict}},
+		{"a", "list", []Consistency{ConsistencyApproximate, ConsistencyLease}},
+		{"a", "tier", []Consistency{ConsistencyLease, ConsistencyApproximate}},
+		{"b", "plain", []Consistency{ConsistencyUnset}},
+		{"b", "own", []Consistency{ConsistencyApproximate}},
+	} {
+		p := mustDomain(t, c, tc.domain).Match(entries(tc.key+"=x"), nil)
+		if len(p) == 0 {
+			t.Fatalf("%s %s: no match", tc.domain, tc.key)
+		}
+		ls := p[len(p)-1].Limits
+		if len(ls) != len(tc.want) {
+			t.Fatalf("%s %s: %d limits, want %d", tc.domain, tc.key, len(ls), len(tc.want))
+		}
+		for i, l := range ls {
+			if l.Consistency != tc.want[i] {
+				t.Errorf("%s %s limit %d: %v, want %v", tc.domain, tc.key, i, l.Consistency, tc.want[i])
+			}
+		}
+	}
+	if a, b := mustDomain(t, c, "a").DefaultConsistency, mustDomain(t, c, "b").DefaultConsistency; a != ConsistencyLease || b != ConsistencyUnset {
+		t.Errorf("file defaults %v and %v, want lease and unset", a, b)
+	}
+	for _, name := range []string{"strict", "lease", "approximate"} {
+		var v Consistency
+		if err := v.UnmarshalText([]byte(name)); err != nil || v.String() != name {
+			t.Errorf("%s: %v %v", name, v, err)
+		}
+	}
+	var v Consistency
+	if err := v.UnmarshalText([]byte("")); err == nil {
+		t.Errorf("empty consistency accepted")
+	}
+}

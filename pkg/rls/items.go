@@ -73,7 +73,8 @@ func (s *Service) batch(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLim
 			if l.Shadow || (p.node != nil && p.node.ShadowMode) {
 				m = backend.Shadow
 			}
-			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition, Account: acct})
+			sc.items = append(sc.items, backend.Item{Key: sc.kb.key(l.ID), Limit: l.Limit, Hits: hits, Mode: m, Group: group, Partition: sc.kb.partition, Account: acct,
+				Consistency: s.consistency(p, l)})
 			sc.owners = append(sc.owners, owner{desc: i, limit: l})
 		}
 	}
@@ -90,4 +91,23 @@ func (s *Service) usageAccounting(dom *descriptors.Domain, p *plan) descriptors.
 		return dom.DefaultUsageAccounting.Or(s.opts.UsageAccounting)
 	}
 	return s.opts.UsageAccounting
+}
+
+// consistency returns the backend consistency of a planned limit: its own
+// or its file's (see descriptors.RateLimit.Consistency), else the
+// service's default. A request's limit override is always strict: it
+// shares its counter with the configured limit of the same algorithm and
+// window (and with other overrides), whatever count each asks for, so no
+// chunk reserved under one count could serve it.
+func (s *Service) consistency(p *plan, l *descriptors.RateLimit) backend.Consistency {
+	if p.override != nil {
+		return backend.Strict
+	}
+	switch l.Consistency.Or(s.opts.Consistency) {
+	case descriptors.ConsistencyLease:
+		return backend.Lease
+	case descriptors.ConsistencyApproximate:
+		return backend.Approximate
+	}
+	return backend.Strict
 }

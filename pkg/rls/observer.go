@@ -65,6 +65,9 @@ type LimitEvent struct {
 	// Shadow and Quota report the limit's mode.
 	Shadow bool
 	Quota  bool
+	// Consistency is where the store may decide the limit: strict, lease
+	// or approximate (see Options.Consistency).
+	Consistency backend.Consistency
 }
 
 // ObserverQueue is the default number of events queued per observer.
@@ -157,7 +160,7 @@ func (s *Service) newEvent(req *rlsv3.RateLimitRequest, known bool, code string,
 // limitEvent is an event's view of item it, of rule, decided as d (nil:
 // the store failed).
 func limitEvent(it *backend.Item, o *owner, rule string, d *algorithms.Decision) LimitEvent {
-	le := LimitEvent{Descriptor: o.desc, Rule: rule, Hits: it.Hits, Shadow: it.Mode == backend.Shadow, Quota: it.Mode == backend.Quota}
+	le := LimitEvent{Descriptor: o.desc, Rule: rule, Hits: it.Hits, Shadow: it.Mode == backend.Shadow, Quota: it.Mode == backend.Quota, Consistency: it.Consistency}
 	if d != nil {
 		le.Allowed, le.Remaining, le.RetryAfter = d.Allowed, d.Remaining, d.RetryAfter
 	}

@@ -142,6 +142,14 @@ type Options struct {
 	// ordinary admission charges nothing when denied. quota_mode
 	// descriptors account every charge whatever it says.
 	UsageAccounting descriptors.UsageAccounting
+	// Consistency is the default consistency of limits whose file sets
+	// none, including every config that arrives over xDS, whose format
+	// cannot say it: it then applies to every limit, usage budgets included
+	// (their checks and usage charges are decided in the shared store
+	// whatever the mode: see pkg/backend/consistency). The zero value is
+	// strict. The store decides what it means: on the memory store every
+	// mode is strict.
+	Consistency descriptors.Consistency
 	// LegacyHeaderNames names the fields of HeadersLegacy (the reference's
 	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER); empty
 	// names are the defaults, RateLimit-Limit, -Remaining and -Reset.
