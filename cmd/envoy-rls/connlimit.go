@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
 // limitListener accepts at most max connections open at once. A connection
@@ -60,18 +62,11 @@ func (c *limitedConn) Close() error {
 	return err
 }
 
-// register exports the listener's connections open now and refused, as
-// envoy_rls_<kind>_connections and envoy_rls_<kind>_connections_refused_total;
-// flag names the limit.
-func (l *limitListener) register(reg prometheus.Registerer, kind, flag string) error {
+// register exports the listener's connections open now and refused as
+// open and refused (defined in pkg/rls/metrics.go).
+func (l *limitListener) register(reg prometheus.Registerer, open, refused rls.StoreMetric) error {
 	return errors.Join(
-		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "envoy_rls_" + kind + "_connections",
-			Help: "Connections open now on the " + kind + " listener (at most " + flag + ").",
-		}, func() float64 { return float64(l.open.Load()) })),
-		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "envoy_rls_" + kind + "_connections_refused_total",
-			Help: "Connections of the " + kind + " listener closed as soon as they were accepted because " + flag + " were open.",
-		}, func() float64 { return float64(l.refused.Load()) })),
+		reg.Register(open.Collector(func() float64 { return float64(l.open.Load()) })),
+		reg.Register(refused.Collector(func() float64 { return float64(l.refused.Load()) })),
 	)
 }

@@ -38,13 +38,6 @@ func newRedisStore(o redisBackend, reg prometheus.Registerer, log *slog.Logger, 
 		return nil, fmt.Errorf("per-second redis: %w", err)
 	}
 	s := split.New(main, ps, split.Options{ContinueOnError: o.Failure.Mode == rls.FailOpen})
-	stat := func(name, help string, f func(split.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(s.Stats())) })
-	}
-	reg.MustRegister(
-		stat("envoy_rls_redis_persecond_mixed_requests_total", "Requests with limits on both Redis deployments (per-second and main), decided in up to three calls.", func(s split.Stats) uint64 { return s.Mixed }),
-		stat("envoy_rls_redis_persecond_overcharged_total", "Mixed requests whose per-second limits were charged before the main Redis denied them (a concurrent request took the main limit's last room); the extra hits lapse with the per-second window.", func(s split.Stats) uint64 { return s.OverCharged }),
-	)
+	registerSplitMetrics(reg, s)
 	return s, nil
 }

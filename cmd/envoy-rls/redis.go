@@ -100,58 +100,6 @@ func newOneRedisStore(o redisBackend, c redisConn, reg prometheus.Registerer, lo
 	}
 	log.Info("redis backend", "mode", c.mode(), "tls", tlsMode, "batch_window", c.RedisBatchWindow, "batch_size", c.RedisBatchSize, "pipelines", c.RedisPipelines, "local_deny_cache", o.Redis.LocalDenyCache, "failure_mode", o.Failure.Mode.String())
 	registerRedisMetrics(reg, r)
-	stat := func(name, help string, f func(redis.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(r.Stats())) })
-	}
-	dropped := func(reason string, f func(redis.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "envoy_rls_redis_write_back_dropped_total",
-			Help:        "Hits allowed without Redis that were not written back: the write-back buffer was full (reason buffer_full), or Redis did not take them within --shutdown-grace after shutdown (reason shutdown).",
-			ConstLabels: prometheus.Labels{"reason": reason},
-		}, func() float64 { return float64(f(r.Stats())) })
-	}
-	reg.MustRegister(
-		stat("envoy_rls_redis_not_sent_total", "Calls not sent because their deadline had passed or was nearer than a round trip (nothing charged).", func(s redis.Stats) uint64 { return s.NotSent }),
-		stat("envoy_rls_redis_oom_errors_total", "Script calls refused by Redis at maxmemory (OOM), also counted as errors.", func(s redis.Stats) uint64 { return s.OOM }),
-		stat("envoy_rls_redis_late_charged_total", "Requests answered without Redis's decision (failure mode, or denied by the local fallback) that Redis ran and charged after the caller left.", func(s redis.Stats) uint64 { return s.LateCharged }),
-		stat("envoy_rls_redis_late_unsure_total", "Requests answered without Redis's decision and not written back whose pipeline failed in a way that may have let Redis run and charge them (a timeout, a lost connection).", func(s redis.Stats) uint64 { return s.LateUnsure }),
-		stat("envoy_rls_redis_write_back_hits_total", "Hits allowed without Redis (local fallback, or failed open) later charged to Redis.", func(s redis.Stats) uint64 { return s.WriteBackHits }),
-		stat("envoy_rls_redis_write_back_over_limit_total", "Written-back hits in write-backs that did not fit whole in their limit: charged anyway, past the limit or as bucket debt (a full sliding window log keeps no more than its limit).", func(s redis.Stats) uint64 { return s.WriteBackOverLimit }),
-		stat("envoy_rls_redis_write_back_retried_total", "Written-back hits sent again after a failure that may have let the first send run (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackRetried }),
-		stat("envoy_rls_redis_write_back_unsure_total", "Hits written back of calls whose pipeline failed in a way that may have let Redis run it (a timeout, a lost connection): they may be counted twice.", func(s redis.Stats) uint64 { return s.WriteBackUnsure }),
-		dropped("buffer_full", func(s redis.Stats) uint64 { return s.WriteBackDropped }),
-		dropped("shutdown", func(s redis.Stats) uint64 { return s.WriteBackDroppedAtClose }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis, or are being written."},
-			func() float64 { return float64(r.Stats().WriteBackPending) }),
-	)
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "envoy_rls_redis_evicting_servers",
-			Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.",
-		}, func() float64 {
-			n := 0
-			for _, l := range r.ServerLimits() {
-				if l.EvictsCounters() {
-					n++
-				}
-			}
-			return float64(n)
-		}),
-	)
-	path := func(p string, f func(redis.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "envoy_rls_redis_decisions_total",
-			Help:        "Requests by who decided them: redis, deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (answered by the failure mode: see envoy_rls_requests_total's failed_open and unavailable).",
-			ConstLabels: prometheus.Labels{"path": p},
-		}, func() float64 { return float64(f(r.Stats())) })
-	}
-	reg.MustRegister(
-		path("redis", func(s redis.Stats) uint64 { return s.Decided }),
-		path("deny_cache", func(s redis.Stats) uint64 { return s.LocalDenials }),
-		path("local_fallback", func(s redis.Stats) uint64 { return s.LocalFallbacks }),
-		path("failed", func(s redis.Stats) uint64 { return s.Errors }),
-	)
 	if fallback != nil {
 		return withFallback{r, fallback}, nil
 	}

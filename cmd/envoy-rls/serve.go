@@ -291,7 +291,7 @@ func (s *server) openListeners() error {
 	}
 	limited := newLimitListener(s.grpcLis, o.GRPCMaxConnections)
 	s.grpcLis = limited
-	if err := limited.register(s.reg, "grpc", "--grpc-max-connections"); err != nil {
+	if err := limited.register(s.reg, rls.GRPCConnections, rls.GRPCConnectionsRefused); err != nil {
 		return err
 	}
 	if o.HTTPAddr == "" {
@@ -302,7 +302,7 @@ func (s *server) openListeners() error {
 	}
 	limited = newLimitListener(s.httpLis, o.HTTPMaxConnections)
 	s.httpLis = limited
-	if err := limited.register(s.reg, "http", "--http-max-connections"); err != nil {
+	if err := limited.register(s.reg, rls.HTTPConnections, rls.HTTPConnectionsRefused); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/envoyrls/envoy-rls/pkg/backend/memory"
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+	"github.com/envoyrls/envoy-rls/pkg/backend/split"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -36,5 +37,38 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 		stat(rls.RedisLocalDenials, func(s redis.Stats) uint64 { return s.LocalDenials }),
 		stat(rls.RedisErrors, func(s redis.Stats) uint64 { return s.Errors }),
 		stat(rls.RedisScriptReloads, func(s redis.Stats) uint64 { return s.ScriptReloads }),
+		stat(rls.RedisNotSent, func(s redis.Stats) uint64 { return s.NotSent }),
+		stat(rls.RedisOOMErrors, func(s redis.Stats) uint64 { return s.OOM }),
+		stat(rls.RedisLateCharged, func(s redis.Stats) uint64 { return s.LateCharged }),
+		stat(rls.RedisLateUnsure, func(s redis.Stats) uint64 { return s.LateUnsure }),
+		stat(rls.RedisWriteBackHits, func(s redis.Stats) uint64 { return s.WriteBackHits }),
+		stat(rls.RedisWriteBackOverLimit, func(s redis.Stats) uint64 { return s.WriteBackOverLimit }),
+		stat(rls.RedisWriteBackRetried, func(s redis.Stats) uint64 { return s.WriteBackRetried }),
+		stat(rls.RedisWriteBackUnsure, func(s redis.Stats) uint64 { return s.WriteBackUnsure }),
+		stat(rls.RedisWriteBackDropped.With("reason", "buffer_full"), func(s redis.Stats) uint64 { return s.WriteBackDropped }),
+		stat(rls.RedisWriteBackDropped.With("reason", "shutdown"), func(s redis.Stats) uint64 { return s.WriteBackDroppedAtClose }),
+		rls.RedisWriteBackPending.Collector(func() float64 { return float64(r.Stats().WriteBackPending) }),
+		rls.RedisEvictingServers.Collector(func() float64 {
+			n := 0
+			for _, l := range r.ServerLimits() {
+				if l.EvictsCounters() {
+					n++
+				}
+			}
+			return float64(n)
+		}),
+		stat(rls.RedisDecisions.With("path", "redis"), func(s redis.Stats) uint64 { return s.Decided }),
+		stat(rls.RedisDecisions.With("path", "deny_cache"), func(s redis.Stats) uint64 { return s.LocalDenials }),
+		stat(rls.RedisDecisions.With("path", "local_fallback"), func(s redis.Stats) uint64 { return s.LocalFallbacks }),
+		stat(rls.RedisDecisions.With("path", "failed"), func(s redis.Stats) uint64 { return s.Errors }),
+	)
+}
+
+// registerSplitMetrics exports the split store's counters (the metrics are
+// defined in pkg/rls/metrics.go).
+func registerSplitMetrics(reg prometheus.Registerer, s *split.Store) {
+	reg.MustRegister(
+		rls.PerSecondMixed.Collector(func() float64 { return float64(s.Stats().Mixed) }),
+		rls.PerSecondOverCharged.Collector(func() float64 { return float64(s.Stats().OverCharged) }),
 	)
 }

@@ -453,24 +453,35 @@ func (m *Metrics) unmatchedDescriptor(domain string) {
 	m.unmatched.WithLabelValues(domain).Inc()
 }
 
-// StoreMetric is a metric of a store's own counters, named here beside the
-// service's own metrics although this package links no store: the program
-// that built the store (cmd/envoy-rls) registers it with a function that
-// reads the counter. (cmd/envoy-rls still defines a few metrics inline:
-// some of the Redis store's, the split store's, and the listeners'
-// connections.)
+// StoreMetric is a metric read from another part's counter at each scrape:
+// a store's (named here beside the service's own metrics although this
+// package links no store) or a listener's. The program that built the part
+// (cmd/envoy-rls) registers it with a function that reads the counter.
+// Every metric cmd/envoy-rls exports is defined in this file.
 type StoreMetric struct {
 	Name, Help string
 	// Gauge makes it a gauge; it is a counter otherwise.
 	Gauge bool
+	// Labels are constant labels of the series (see With).
+	Labels prometheus.Labels
 }
 
 // Collector returns the metric reading value at each scrape.
 func (m StoreMetric) Collector(value func() float64) prometheus.Collector {
 	if m.Gauge {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: m.Name, Help: m.Help}, value)
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: m.Name, Help: m.Help, ConstLabels: m.Labels}, value)
 	}
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.Name, Help: m.Help}, value)
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.Name, Help: m.Help, ConstLabels: m.Labels}, value)
+}
+
+// With returns the series of m whose label name has value.
+func (m StoreMetric) With(name, value string) StoreMetric {
+	labels := prometheus.Labels{name: value}
+	for k, v := range m.Labels {
+		labels[k] = v
+	}
+	m.Labels = labels
+	return m
 }
 
 // The memory store's metrics (memory.Stats).
@@ -494,4 +505,38 @@ var (
 	RedisLocalDenials  = StoreMetric{Name: "envoy_rls_redis_local_denials_total", Help: "Requests denied by the local deny cache without a Redis call."}
 	RedisErrors        = StoreMetric{Name: "envoy_rls_redis_errors_total", Help: "Store calls that failed or timed out."}
 	RedisScriptReloads = StoreMetric{Name: "envoy_rls_redis_script_reloads_total", Help: "Pipelines re-sent because Redis lacked the function library or script (the first one, and after a restart or flush)."}
+	RedisNotSent       = StoreMetric{Name: "envoy_rls_redis_not_sent_total", Help: "Calls not sent because their deadline had passed or was nearer than a round trip (nothing charged)."}
+	RedisOOMErrors     = StoreMetric{Name: "envoy_rls_redis_oom_errors_total", Help: "Script calls refused by Redis at maxmemory (OOM), also counted as errors."}
+	RedisLateCharged   = StoreMetric{Name: "envoy_rls_redis_late_charged_total", Help: "Requests answered without Redis's decision (failure mode, or denied by the local fallback) that Redis ran and charged after the caller left."}
+	RedisLateUnsure    = StoreMetric{Name: "envoy_rls_redis_late_unsure_total", Help: "Requests answered without Redis's decision and not written back whose pipeline failed in a way that may have let Redis run and charge them (a timeout, a lost connection)."}
+	// RedisDecisions has a path label: redis, deny_cache, local_fallback
+	// or failed.
+	RedisDecisions       = StoreMetric{Name: "envoy_rls_redis_decisions_total", Help: "Requests by who decided them: redis, deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (answered by the failure mode: see envoy_rls_requests_total's failed_open and unavailable)."}
+	RedisEvictingServers = StoreMetric{Name: "envoy_rls_redis_evicting_servers", Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.", Gauge: true}
+)
+
+// The Redis store's write-backs: hits allowed without Redis (local
+// fallback, or failed open), charged to it later.
+var (
+	RedisWriteBackHits      = StoreMetric{Name: "envoy_rls_redis_write_back_hits_total", Help: "Hits allowed without Redis (local fallback, or failed open) later charged to Redis."}
+	RedisWriteBackOverLimit = StoreMetric{Name: "envoy_rls_redis_write_back_over_limit_total", Help: "Written-back hits in write-backs that did not fit whole in their limit: charged anyway, past the limit or as bucket debt (a full sliding window log keeps no more than its limit)."}
+	RedisWriteBackRetried   = StoreMetric{Name: "envoy_rls_redis_write_back_retried_total", Help: "Written-back hits sent again after a failure that may have let the first send run (a timeout, a lost connection): they may be counted twice."}
+	RedisWriteBackUnsure    = StoreMetric{Name: "envoy_rls_redis_write_back_unsure_total", Help: "Hits written back of calls whose pipeline failed in a way that may have let Redis run it (a timeout, a lost connection): they may be counted twice."}
+	// RedisWriteBackDropped has a reason label: buffer_full or shutdown.
+	RedisWriteBackDropped = StoreMetric{Name: "envoy_rls_redis_write_back_dropped_total", Help: "Hits allowed without Redis that were not written back: the write-back buffer was full (reason buffer_full), or Redis did not take them within --shutdown-grace after shutdown (reason shutdown)."}
+	RedisWriteBackPending = StoreMetric{Name: "envoy_rls_redis_write_back_pending", Help: "Keys whose hits wait to be written back to Redis, or are being written.", Gauge: true}
+)
+
+// The split store's metrics (split.Stats), with a per-second Redis.
+var (
+	PerSecondMixed       = StoreMetric{Name: "envoy_rls_redis_persecond_mixed_requests_total", Help: "Requests with limits on both Redis deployments (per-second and main), decided in up to three calls."}
+	PerSecondOverCharged = StoreMetric{Name: "envoy_rls_redis_persecond_overcharged_total", Help: "Mixed requests whose per-second limits were charged before the main Redis denied them (a concurrent request took the main limit's last room); the extra hits lapse with the per-second window."}
+)
+
+// The listeners' connections (cmd/envoy-rls).
+var (
+	GRPCConnections        = StoreMetric{Name: "envoy_rls_grpc_connections", Help: "Connections open now on the grpc listener (at most --grpc-max-connections).", Gauge: true}
+	GRPCConnectionsRefused = StoreMetric{Name: "envoy_rls_grpc_connections_refused_total", Help: "Connections of the grpc listener closed as soon as they were accepted because --grpc-max-connections were open."}
+	HTTPConnections        = StoreMetric{Name: "envoy_rls_http_connections", Help: "Connections open now on the http listener (at most --http-max-connections).", Gauge: true}
+	HTTPConnectionsRefused = StoreMetric{Name: "envoy_rls_http_connections_refused_total", Help: "Connections of the http listener closed as soon as they were accepted because --http-max-connections were open."}
 )
