@@ -102,6 +102,11 @@ type Store struct {
 	// (Redis before 7.0, or FUNCTION not allowed): EVALSHA from then on.
 	evalOnly atomic.Bool
 	watch    *limitsWatch
+
+	// The local paths of consistencies lease and approximate (see
+	// consistency.go); nil: their items are decided strict.
+	lease, approx localPath
+	localRequests atomic.Uint64 // requests decided without Redis by them
 }
 
 // ServerLimits returns the memory limit and policy each server reported on
@@ -163,6 +168,14 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	r.wake = make(chan struct{}, workers)
 	r.full = make(chan struct{}, 1)
 	if err := r.initDegraded(opts); err != nil {
+		client.Close()
+		return nil, err
+	}
+	if r.lease, err = r.newLease(opts); err != nil {
+		client.Close()
+		return nil, err
+	}
+	if r.approx, err = r.newApproximate(opts); err != nil {
 		client.Close()
 		return nil, err
 	}
@@ -289,10 +302,11 @@ func (r *Store) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
 		r.closed.Store(true)
+		lerr := r.closeLocal(r.closeWriteBack)
 		close(r.stop)
 		r.wg.Wait()
 		r.unsentQueued()
-		derr := r.drain(r.closeWriteBack)
+		derr := errors.Join(lerr, r.drain(r.closeWriteBack))
 		if r.deny != nil {
 			r.deny.StopAllGoroutines()
 		}
@@ -327,10 +341,23 @@ func (r *Store) Apply(ctx context.Context, items []backend.Item, out []algorithm
 // error (context.DeadlineExceeded) it then reports. It spares the caller a
 // context with a timer per call: the call waits with a timer of its own,
 // reused with the call.
+//
+// Items whose Consistency is Lease or Approximate may be decided from
+// memory instead (see consistency.go); the rest of their request is decided
+// here, all or nothing with them.
 func (r *Store) ApplyBy(ctx context.Context, until time.Time, items []backend.Item, out []algorithms.Decision) (bool, error) {
 	if r.closed.Load() {
 		return false, backend.ErrClosed
 	}
+	if r.routes(items) {
+		return r.applyRouted(ctx, until, items, out)
+	}
+	return r.applyStrict(ctx, until, items, out)
+}
+
+// applyStrict decides items in Redis, each one strict: ApplyBy's path for
+// a request of Strict items.
+func (r *Store) applyStrict(ctx context.Context, until time.Time, items []backend.Item, out []algorithms.Decision) (bool, error) {
 	n := len(items)
 	if len(out) < n {
 		return false, fmt.Errorf("redis: %d decisions for %d items", len(out), n)
