@@ -41,7 +41,7 @@ lint: vet
 # The floor, envoy-rls (memory, Redis) and, with REF_BIN set, the reference
 # server under the same load, side by side (see README, Performance).
 bench:
-	scripts/bench.sh $(BENCH_FLAGS)
+	bench/bench.sh $(BENCH_FLAGS)
 
 # The Go benchmarks of the hot path.
 bench-go:

@@ -60,7 +60,7 @@ func TestFloorRefusesBadFlags(t *testing.T) {
 // The floor serves calls on as many stream workers as envoy-rls does by
 // default, so the bench compares like with like (see the package doc).
 func TestFloorRunsEnvoyRLSsStreamWorkers(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "../envoy-rls/bounds.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "../../cmd/envoy-rls/bounds.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Command bench is the engine of `make bench` (scripts/bench.sh builds the
+// Command bench is the engine of `make bench` (bench/bench.sh builds the
 // binaries and runs it). On one machine, in one run, it starts:
 //
 //   - floor: envoy-rls-floor, an RLS that answers OK without looking;
