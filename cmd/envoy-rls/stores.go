@@ -58,7 +58,15 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 			return float64(n)
 		}),
 		stat(rls.RedisDecisions.With("path", "redis"), func(s redis.Stats) uint64 { return s.Decided }),
+		stat(rls.RedisDecisions.With("path", "chunk"), func(s redis.Stats) uint64 { return s.ChunkDecided }),
+		stat(rls.RedisDecisions.With("path", "approximate"), func(s redis.Stats) uint64 { return s.ApproximateDecided }),
 		stat(rls.RedisDecisions.With("path", "deny_cache"), func(s redis.Stats) uint64 { return s.LocalDenials }),
+		stat(rls.RedisLeaseChunks, func(s redis.Stats) uint64 { return s.Lease.Chunks }),
+		stat(rls.RedisLeaseGranted, func(s redis.Stats) uint64 { return s.Lease.Granted }),
+		stat(rls.RedisLeaseReturned, func(s redis.Stats) uint64 { return s.Lease.Returned }),
+		stat(rls.RedisLeaseStranded, func(s redis.Stats) uint64 { return s.Lease.Stranded }),
+		stat(rls.RedisLeaseErrors.With("op", "reserve"), func(s redis.Stats) uint64 { return s.Lease.RefillErrors }),
+		stat(rls.RedisLeaseErrors.With("op", "return"), func(s redis.Stats) uint64 { return s.Lease.ReturnErrors }),
 		stat(rls.RedisDecisions.With("path", "local_fallback"), func(s redis.Stats) uint64 { return s.LocalFallbacks }),
 		stat(rls.RedisDecisions.With("path", "failed"), func(s redis.Stats) uint64 { return s.Errors }),
 	)

@@ -509,10 +509,19 @@ var (
 	RedisOOMErrors     = StoreMetric{Name: "envoy_rls_redis_oom_errors_total", Help: "Script calls refused by Redis at maxmemory (OOM), also counted as errors."}
 	RedisLateCharged   = StoreMetric{Name: "envoy_rls_redis_late_charged_total", Help: "Requests answered without Redis's decision (failure mode, or denied by the local fallback) that Redis ran and charged after the caller left."}
 	RedisLateUnsure    = StoreMetric{Name: "envoy_rls_redis_late_unsure_total", Help: "Requests answered without Redis's decision and not written back whose pipeline failed in a way that may have let Redis run and charge them (a timeout, a lost connection)."}
-	// RedisDecisions has a path label: redis, deny_cache, local_fallback
-	// or failed.
-	RedisDecisions       = StoreMetric{Name: "envoy_rls_redis_decisions_total", Help: "Requests by who decided them: redis, deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (answered by the failure mode: see envoy_rls_requests_total's failed_open and unavailable)."}
+	// RedisDecisions has a path label: redis, chunk, approximate,
+	// deny_cache, local_fallback or failed.
+	RedisDecisions       = StoreMetric{Name: "envoy_rls_redis_decisions_total", Help: "Requests by who decided them: redis, chunk (lease chunks held in memory alone), approximate (local counters of consistency approximate), deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (answered by the failure mode: see envoy_rls_requests_total's failed_open and unavailable)."}
 	RedisEvictingServers = StoreMetric{Name: "envoy_rls_redis_evicting_servers", Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.", Gauge: true}
+)
+
+// Consistency lease on the Redis store (redis.LeaseStats).
+var (
+	RedisLeaseChunks   = StoreMetric{Name: "envoy_rls_redis_lease_chunks_total", Help: "Lease chunks reserved in Redis (granted or refused); envoy_rls_redis_lease_granted_hits_total divided by it is the mean chunk size."}
+	RedisLeaseGranted  = StoreMetric{Name: "envoy_rls_redis_lease_granted_hits_total", Help: "Hits granted in lease chunks (charged in Redis when granted)."}
+	RedisLeaseReturned = StoreMetric{Name: "envoy_rls_redis_lease_returned_hits_total", Help: "Unused hits of lease chunks given back to Redis (key idle, count change, window end of a sliding counter, shutdown)."}
+	RedisLeaseStranded = StoreMetric{Name: "envoy_rls_redis_lease_stranded_hits_total", Help: "Unused hits of lease chunks not given back before their window ended (its end freed them), or whose return failed."}
+	RedisLeaseErrors   = StoreMetric{Name: "envoy_rls_redis_lease_errors_total", Help: "Lease chunk reservations (op reserve) and returns (op return) that failed: a key without a chunk is decided strict."}
 )
 
 // The Redis store's write-backs: hits allowed without Redis (local

@@ -24,6 +24,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Split", func(t *testing.T) { testClusterSplit(t, cl) })
 	t.Run("MatchesMemory", func(t *testing.T) { testClusterMatchesMemory(t, cl) })
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
+	t.Run("LeaseNeverExceeds", func(t *testing.T) { testLeaseNeverExceeds(t, redis.Options{ClusterAddrs: cl.Addrs()}) })
 	// Last: it freezes a node.
 	t.Run("FrozenMasterChargesOnce", func(t *testing.T) { testClusterFrozenMasterChargesOnce(t, cl) })
 }

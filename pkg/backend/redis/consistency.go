@@ -53,12 +53,11 @@ type localPath interface {
 }
 
 // hold is what a local path keeps of an item it took until settle: a
-// pointer of its own (in an interface without allocating) and a number.
-//
-//lint:ignore U1000 the fields are the paths' (none is in yet)
+// pointer of its own (in an interface without allocating) and numbers.
 type hold struct {
 	ref any
 	n   uint64
+	gen uint64
 }
 
 // routes reports whether a request has an item that a local path may
@@ -143,7 +142,16 @@ func (r *Store) applyRouted(ctx context.Context, until time.Time, items []backen
 	if len(rt.strict) == 0 {
 		allowed := backend.Verdict(items, out[:n])
 		r.settleHeld(rt, items, out, allowed)
-		r.localRequests.Add(1)
+		r.requests.Add(1)
+		chunk := true
+		for _, h := range rt.held {
+			chunk = chunk && h.path == r.lease
+		}
+		if chunk {
+			r.chunkDecided.Add(1)
+		} else {
+			r.approxDecided.Add(1)
+		}
 		return allowed, nil
 	}
 	for _, i := range rt.strict {

@@ -1,8 +1,622 @@
 package redis
 
-// Consistency lease (backend.Lease): chunks of a limit reserved in Redis
-// and decided from memory. Until they land, newLease returns none and
-// lease items are decided strict, in Redis.
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
-// newLease returns the local path of consistency lease, nil for none.
-func (r *Store) newLease(opts Options) (localPath, error) { return nil, nil }
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+)
+
+// Consistency lease (backend.Lease): an instance reserves a chunk of a
+// limit in Redis (lua/lease.lua: one atomic script call that charges the
+// chunk's hits as hits, and never grants more than the limit allows right
+// now) and decides admissions from the chunk in memory. Every hit admitted
+// from a chunk was charged in Redis before, under the algorithm's own rule,
+// so admission never exceeds the limit across any number of instances:
+//
+//   - fixed_window and sliding_window_counter: a chunk is charged to the
+//     window it was granted in and serves until that window ends (measured
+//     from before the call was sent, so never past the true end). Unused
+//     hits go back when the key goes idle (LeaseIdle), on a count change,
+//     at Close, and for a sliding counter at the window's end too (they
+//     still weigh as its previous window);
+//   - token_bucket and gcra: the chunk's tokens are taken from the bucket
+//     when it is granted (debt, which refills at the limit's rate as any
+//     debt does); unused ones are credited back when the key goes idle, on
+//     a count change and at Close, never below an empty debt;
+//   - sliding_window_log is strict (the configuration refuses it), as is
+//     any other algorithm.
+//
+// The chunk wanted is about LeaseHorizon of the instance's own demand on
+// the key (at least LeaseMinChunk), never more than the script's fair part
+// of what remains, left / (2 × active instances), and nothing below 2: the
+// last hits of a window are decided strict, exactly. Items with usage
+// accounting (Item.Account with hits) are charged strict, as they come; a
+// key's first decision on an instance is strict; so is an item whose chunk
+// does not hold its hits (a refill is then on its way).
+
+// Defaults of consistency lease.
+const (
+	DefaultLeaseHorizon  = 100 * time.Millisecond
+	DefaultLeaseMinChunk = 8
+	DefaultLeaseIdle     = time.Second
+	DefaultLeaseKeys     = 100_000
+	// leaseSweep is how often chunks are checked for their window's end
+	// and idleness; instancesKey is refreshed as often as heartbeat.
+	leaseSweep = 250 * time.Millisecond
+	heartbeat  = time.Second
+)
+
+//go:embed lua/lease.lua
+var leaseLua string
+
+var leaseScript = goredis.NewScript(leaseLua)
+
+// The ops of lease.lua.
+const (
+	opReserve = 1
+	opReturn  = 2
+)
+
+// leasePath is the local path of consistency lease.
+type leasePath struct {
+	r        *Store
+	id       string // this instance, in instancesKey
+	horizon  float64
+	minChunk uint64
+	idle     int64 // µs
+	maxKeys  int
+	clock    backend.Clock
+
+	mu sync.RWMutex
+	m  map[string]*lease // by Item.Key
+
+	instances atomic.Int64 // active on the Redis (heartbeat); 0: not known
+	active    atomic.Bool  // a lease item was seen: heartbeat runs
+
+	work    chan leaseCall // refills (op opReserve, n set by want) and returns
+	timeout time.Duration  // of a pipeline of lease calls
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	chunks, granted, returned, stranded, refillErrs, returnErrs atomic.Uint64
+}
+
+// lease is one key's chunk on this instance.
+type lease struct {
+	mu    sync.Mutex
+	key   string // in Redis
+	limit algorithms.Limit
+	gen   uint64 // changes with each chunk, so holds of an old one are not put back
+
+	avail   uint64 // hits of the chunk not taken
+	start   int64  // the window start (Redis µs) the chunk was granted in
+	expires int64  // local µs until which the chunk serves (math.MaxInt64: a bucket's)
+	left    uint64 // what Redis said remained beside the chunks, at the last grant
+	target  uint64 // the last chunk wanted
+	retry   int64  // local µs before which no refill is asked (grant 0)
+
+	demand   uint64 // hits asked since since
+	since    int64
+	lastUse  int64
+	pending  bool // a refill is queued or in flight
+	returned bool // removed from the map: no more takes
+}
+
+func (r *Store) newLease(opts Options) (localPath, error) {
+	if opts.LeaseHorizon < 0 || opts.LeaseIdle < 0 || opts.LeaseKeys < 0 {
+		return nil, errors.New("redis: lease horizon, idle time and keys must not be negative")
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	p := &leasePath{
+		r: r, id: hex.EncodeToString(id[:]),
+		horizon: float64(opts.LeaseHorizon.Microseconds()), minChunk: opts.LeaseMinChunk,
+		idle: opts.LeaseIdle.Microseconds(), maxKeys: opts.LeaseKeys,
+		m: map[string]*lease{}, work: make(chan leaseCall, 4096), stop: make(chan struct{}),
+		timeout: 2 * DefaultIOTimeout,
+		clock:   r.clock,
+	}
+	if p.horizon == 0 {
+		p.horizon = float64(DefaultLeaseHorizon.Microseconds())
+	}
+	if p.minChunk == 0 {
+		p.minChunk = DefaultLeaseMinChunk
+	}
+	if p.idle == 0 {
+		p.idle = DefaultLeaseIdle.Microseconds()
+	}
+	if p.maxKeys == 0 {
+		p.maxKeys = DefaultLeaseKeys
+	}
+	if opts.ReadTimeout > 0 {
+		p.timeout = 2 * opts.ReadTimeout
+	}
+	if p.clock == nil {
+		p.clock = backend.MonotonicClock()
+	}
+	p.wg.Add(3)
+	go p.refiller()
+	go p.refiller()
+	go p.sweeper()
+	return p, nil
+}
+
+func (p *leasePath) now() int64 { return p.clock.Now().UnixMicro() }
+
+// leases reports whether a chunk can serve limit l.
+func leases(l *algorithms.Limit) bool {
+	switch l.Algorithm {
+	case algorithms.FixedWindow, algorithms.SlidingWindowCounter:
+		return l.Requests > 0
+	}
+	return false
+}
+
+func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) {
+	if (it.Account && it.Hits > 0) || !leases(&it.Limit) {
+		return hold{}, false
+	}
+	p.active.Store(true)
+	p.mu.RLock()
+	e := p.m[it.Key]
+	p.mu.RUnlock()
+	now := p.now()
+	if e == nil {
+		p.mu.Lock()
+		if e = p.m[it.Key]; e == nil {
+			if len(p.m) >= p.maxKeys {
+				p.mu.Unlock()
+				return hold{}, false
+			}
+			e = &lease{key: redisKey(p.r.prefix, it), limit: it.Limit, since: now, lastUse: now}
+			p.m[it.Key] = e
+		}
+		p.mu.Unlock()
+	}
+	hits := it.Hits
+	e.mu.Lock()
+	if e.returned {
+		e.mu.Unlock()
+		return hold{}, false
+	}
+	if e.limit != it.Limit {
+		// A reload changed the count: the chunk granted under the old one
+		// is revoked (given back), and the key starts again.
+		p.giveBack(e)
+		e.limit, e.target, e.retry = it.Limit, 0, 0
+	}
+	e.lastUse = now
+	e.demand += max(hits, 1)
+	if e.avail > 0 && now >= e.expires {
+		p.expire(e)
+	}
+	if e.avail < max(hits, 1) {
+		p.ask(e, now)
+		e.mu.Unlock()
+		return hold{}, false
+	}
+	e.avail -= hits
+	*d = algorithms.Decision{Allowed: true, Limit: it.Limit.Capacity(), Remaining: e.left + e.avail}
+	if e.expires != math.MaxInt64 {
+		d.ResetAfter = time.Duration(e.expires-now) * time.Microsecond
+		if it.Limit.Algorithm == algorithms.SlidingWindowCounter {
+			d.ResetAfter += it.Limit.Window
+		}
+	} else {
+		d.ResetAfter = time.Duration(float64(it.Limit.Capacity()-min(d.Remaining, it.Limit.Capacity())) / float64(it.Limit.Requests) * float64(it.Limit.Window))
+	}
+	if 2*e.avail < e.target {
+		p.ask(e, now)
+	}
+	h := hold{ref: e, n: hits, gen: e.gen}
+	e.mu.Unlock()
+	return h, true
+}
+
+func (p *leasePath) settle(it *backend.Item, h hold, commit bool, d *algorithms.Decision) {
+	if commit || h.n == 0 {
+		if !commit {
+			*d = backend.Report(*d)
+		}
+		return
+	}
+	e := h.ref.(*lease)
+	e.mu.Lock()
+	if e.gen == h.gen && !e.returned {
+		e.avail += h.n
+	}
+	e.mu.Unlock()
+	d.Remaining += h.n
+	*d = backend.Report(*d)
+}
+
+func (p *leasePath) observe(it *backend.Item, d *algorithms.Decision) {
+	if !leases(&it.Limit) {
+		return
+	}
+	p.mu.RLock()
+	e := p.m[it.Key]
+	p.mu.RUnlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	if e.limit == it.Limit {
+		e.left = d.Remaining
+	}
+	e.mu.Unlock()
+}
+
+// ask queues a refill of e (e.mu held), unless one is on its way or the
+// last one was refused a moment ago.
+func (p *leasePath) ask(e *lease, now int64) {
+	if e.pending || now < e.retry {
+		return
+	}
+	select {
+	case p.work <- leaseCall{e: e, op: opReserve}:
+		e.pending = true
+	default: // the queue is full: the next take asks again
+	}
+}
+
+// expire ends a chunk whose window ended (e.mu held): a sliding counter's
+// unused hits are given back (they weigh in its next window), a fixed
+// window's are counted stranded (the window's end freed them).
+func (p *leasePath) expire(e *lease) {
+	if e.limit.Algorithm == algorithms.SlidingWindowCounter {
+		p.giveBack(e)
+		return
+	}
+	if e.avail > 0 {
+		p.stranded.Add(e.avail)
+	}
+	e.avail = 0
+	e.gen++
+}
+
+// giveBack takes e's unused hits (e.mu held) and sends them back to Redis
+// in the background.
+func (p *leasePath) giveBack(e *lease) {
+	if e.avail == 0 {
+		e.gen++
+		return
+	}
+	p.queueReturn(leaseCall{e: e, op: opReturn, n: e.avail, cs: e.start, limit: e.limit})
+	e.avail = 0
+	e.gen++
+}
+
+// queueReturn queues the return of unused hits; when the queue is full
+// they are stranded (charged until their window ends, or a bucket's debt
+// refills).
+func (p *leasePath) queueReturn(c leaseCall) {
+	select {
+	case p.work <- c:
+	default:
+		p.stranded.Add(c.n)
+	}
+}
+
+// leaseCall is one call of lease.lua.
+type leaseCall struct {
+	e     *lease
+	op    int
+	n     uint64
+	cs    int64
+	limit algorithms.Limit
+	gen   uint64
+	sent  int64 // local µs before sending
+	cmd   *goredis.Cmd
+}
+
+// refiller sends the refills asked for, many keys per pipeline.
+func (p *leasePath) refiller() {
+	defer p.wg.Done()
+	var batch []leaseCall
+	for {
+		batch = batch[:0]
+		select {
+		case <-p.stop:
+			return
+		case c := <-p.work:
+			batch = p.want(batch, c)
+		}
+	more:
+		for len(batch) < 256 {
+			select {
+			case c := <-p.work:
+				batch = p.want(batch, c)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		p.send(ctx, batch)
+		cancel()
+	}
+}
+
+// want adds c to batch: a return as it is, a refill as the reservation
+// its key needs, about horizon of its demand less what it holds.
+func (p *leasePath) want(batch []leaseCall, c leaseCall) []leaseCall {
+	if c.op == opReturn {
+		return append(batch, c)
+	}
+	e := c.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := p.now()
+	if e.returned {
+		e.pending = false
+		return batch
+	}
+	el := max(now-e.since, 1)
+	target := uint64(float64(e.demand) / float64(el) * p.horizon)
+	if e.demand > 0 && el < int64(p.horizon) {
+		// Too short a time to tell a rate: at least what came meanwhile.
+		target = max(target, e.demand)
+	}
+	target = min(max(target, p.minChunk), e.limit.Capacity())
+	e.target = target
+	e.demand, e.since = 0, now
+	if e.avail > 0 && now >= e.expires {
+		p.expire(e)
+	}
+	if e.avail >= target {
+		e.pending = false
+		return batch
+	}
+	return append(batch, leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now})
+}
+
+// send runs calls of lease.lua in one pipeline, outside the degraded mode
+// (they are not decisions: a failed reservation leaves the key strict, a
+// failed return leaves the hits charged), and applies their replies.
+func (p *leasePath) send(ctx context.Context, calls []leaseCall) {
+	pipe := p.r.client.Pipeline()
+	inst := max(p.instances.Load(), 1)
+	var nowArg int64 = -1
+	if p.r.clock != nil {
+		nowArg = p.r.clock.Now().UnixMicro()
+	}
+	for i := range calls {
+		c := &calls[i]
+		c.cmd = leaseScript.EvalSha(ctx, pipe, []string{c.e.key}, leaseArgs(c, nowArg, inst)...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var again []int
+	for i := range calls {
+		if err := calls[i].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		// Not run: sent again with the script's source.
+		pipe := p.r.client.Pipeline()
+		for _, i := range again {
+			c := &calls[i]
+			c.cmd = leaseScript.Eval(ctx, pipe, []string{c.e.key}, leaseArgs(c, nowArg, inst)...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i := range calls {
+		p.apply(&calls[i])
+	}
+}
+
+func leaseArgs(c *leaseCall, now, inst int64) []any {
+	w := max(c.limit.Window.Microseconds(), 1)
+	return []any{c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, now, inst}
+}
+
+// apply applies the reply of a lease call to its key.
+func (p *leasePath) apply(c *leaseCall) {
+	v, err := c.cmd.Int64Slice()
+	if err == nil && len(v) != 5 {
+		err = fmt.Errorf("redis: lease reply of %d values", len(v))
+	}
+	e := c.e
+	if c.op == opReturn {
+		if err == nil {
+			p.returned.Add(uint64(v[0]))
+			p.stranded.Add(c.n - min(uint64(v[0]), c.n)) // already freed by the window's end
+			return
+		}
+		// Never sent again (a return that may have run and is sent twice
+		// would free hits admitted): they stay charged until their window
+		// ends, or a bucket's debt refills.
+		p.returnErrs.Add(1)
+		p.stranded.Add(c.n)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pending = false
+	if err != nil {
+		p.refillErrs.Add(1)
+		e.retry = p.now() + int64(p.horizon)
+		return
+	}
+	g := uint64(v[0])
+	p.chunks.Add(1)
+	p.granted.Add(g)
+	if e.returned || e.limit != c.limit {
+		// Revoked or replaced meanwhile: straight back.
+		if g > 0 {
+			p.queueReturn(leaseCall{e: e, op: opReturn, n: g, cs: v[2], limit: c.limit})
+		}
+		return
+	}
+	e.left = uint64(v[1])
+	if g == 0 {
+		// Little remains: strict until the window ends (a bucket: a
+		// horizon later, when it may have refilled).
+		e.retry = c.sent + int64(p.horizon)
+		if v[3] > 0 {
+			e.retry = c.sent + v[3]
+		}
+		return
+	}
+	expires := int64(math.MaxInt64)
+	if v[3] > 0 {
+		expires = c.sent + v[3]
+	}
+	if expires != math.MaxInt64 && e.start != v[2] {
+		// A new window: the held chunk (of an earlier one) ends, and no
+		// hold of it is put back into this one.
+		p.expire(e)
+	}
+	e.avail += g
+	e.start, e.expires = v[2], expires
+}
+
+// sweeper ends chunks whose window ended, gives back those of idle keys
+// and forgets keys idle long, every leaseSweep; and keeps this instance
+// in instancesKey while lease is used.
+func (p *leasePath) sweeper() {
+	defer p.wg.Done()
+	t := time.NewTicker(leaseSweep)
+	defer t.Stop()
+	var beat time.Time
+	var idle []*lease
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		if p.active.Load() && time.Since(beat) >= heartbeat {
+			beat = time.Now()
+			p.beat()
+		}
+		now := p.now()
+		idle = idle[:0]
+		p.mu.RLock()
+		for _, e := range p.m {
+			e.mu.Lock()
+			switch {
+			case e.avail > 0 && now >= e.expires:
+				p.expire(e)
+			case e.avail > 0 && now-e.lastUse >= p.idle:
+				p.giveBack(e)
+			case e.avail == 0 && !e.pending && now-e.lastUse >= 4*p.idle:
+				idle = append(idle, e)
+			}
+			e.mu.Unlock()
+		}
+		p.mu.RUnlock()
+		if len(idle) > 0 {
+			p.mu.Lock()
+			for _, e := range idle {
+				e.mu.Lock()
+				if e.avail == 0 && !e.pending && now-e.lastUse >= 4*p.idle {
+					e.returned = true
+					delete(p.m, mapKey(p.m, e))
+				}
+				e.mu.Unlock()
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// mapKey finds e's key in m (only for keys being forgotten).
+func mapKey(m map[string]*lease, e *lease) string {
+	for k, v := range m {
+		if v == e {
+			return k
+		}
+	}
+	return ""
+}
+
+// instancesKey holds the instances using lease on a Redis, with the time
+// each was last seen: the fair part of a chunk divides by their number.
+const instancesKey = "envoy-rls:lease-instances"
+
+func (p *leasePath) beat() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	k := p.r.prefix + instancesKey
+	ms := time.Now().UnixMilli()
+	pipe := p.r.client.TxPipeline()
+	pipe.ZAdd(ctx, k, goredis.Z{Score: float64(ms), Member: p.id})
+	pipe.ZRemRangeByScore(ctx, k, "-inf", fmt.Sprint(ms-3*heartbeat.Milliseconds()))
+	card := pipe.ZCard(ctx, k)
+	pipe.PExpire(ctx, k, 3*heartbeat)
+	if _, err := pipe.Exec(ctx); err == nil {
+		p.instances.Store(card.Val())
+	}
+}
+
+// close gives every chunk back, by ctx's deadline.
+func (p *leasePath) close(ctx context.Context) error {
+	close(p.stop)
+	p.wg.Wait()
+	var calls []leaseCall
+	for len(p.work) > 0 {
+		if c := <-p.work; c.op == opReturn {
+			calls = append(calls, c)
+		}
+	}
+	p.mu.Lock()
+	for _, e := range p.m {
+		e.mu.Lock()
+		e.returned = true
+		if e.avail > 0 {
+			if p.now() >= e.expires && e.limit.Algorithm == algorithms.FixedWindow {
+				p.stranded.Add(e.avail)
+			} else {
+				calls = append(calls, leaseCall{e: e, op: opReturn, n: e.avail, cs: e.start, limit: e.limit, gen: e.gen})
+			}
+			e.avail = 0
+			e.gen++
+		}
+		e.mu.Unlock()
+	}
+	p.mu.Unlock()
+	for len(calls) > 0 {
+		n := min(len(calls), 256)
+		p.send(ctx, calls[:n])
+		calls = calls[n:]
+	}
+	if p.active.Load() {
+		_ = p.r.client.ZRem(ctx, p.r.prefix+instancesKey, p.id).Err()
+	}
+	return nil
+}
+
+// LeaseStats are the counters of consistency lease.
+type LeaseStats struct {
+	// Chunks counts chunks reserved (granted or not); Granted the hits
+	// they granted; Returned the unused hits given back; Stranded the
+	// unused hits not given back before their window ended (its end freed
+	// them), or whose return failed (they stay charged until then).
+	Chunks, Granted, Returned, Stranded uint64
+	// RefillErrors counts reservations that failed (the key is decided
+	// strict meanwhile), ReturnErrors returns that failed (their hits are
+	// counted stranded).
+	RefillErrors, ReturnErrors uint64
+}
+
+func (p *leasePath) stats() LeaseStats {
+	return LeaseStats{Chunks: p.chunks.Load(), Granted: p.granted.Load(), Returned: p.returned.Load(),
+		Stranded: p.stranded.Load(), RefillErrors: p.refillErrs.Load(), ReturnErrors: p.returnErrs.Load()}
+}

@@ -72,6 +72,18 @@ type Options struct {
 	// DefaultIOTimeout. A call's context deadline, when earlier, wins.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 
+	// LeaseHorizon, LeaseMinChunk, LeaseIdle and LeaseKeys tune
+	// consistency lease (see lease.go): a chunk is about LeaseHorizon of
+	// the instance's demand on its key, at least LeaseMinChunk hits; a
+	// key's unused chunk goes back once the key saw no request for
+	// LeaseIdle; at most LeaseKeys keys hold chunks (others are strict).
+	// Zero selects DefaultLeaseHorizon, DefaultLeaseMinChunk,
+	// DefaultLeaseIdle and DefaultLeaseKeys.
+	LeaseHorizon  time.Duration
+	LeaseMinChunk uint64
+	LeaseIdle     time.Duration
+	LeaseKeys     int
+
 	// KeyPrefix starts every Redis key, before the hash tag of the item's
 	// Partition and the item's Key. It must not contain '{' or '}', which
 	// would change the keys' hash slots.

@@ -105,8 +105,8 @@ type Store struct {
 
 	// The local paths of consistencies lease and approximate (see
 	// consistency.go); nil: their items are decided strict.
-	lease, approx localPath
-	localRequests atomic.Uint64 // requests decided without Redis by them
+	lease, approx               localPath
+	chunkDecided, approxDecided atomic.Uint64 // requests decided without Redis by them
 }
 
 // ServerLimits returns the memory limit and policy each server reported on
@@ -264,6 +264,12 @@ type Stats struct {
 	WriteBackDroppedAtClose                             uint64
 	WriteBackRetried, WriteBackUnsure                   uint64
 	WriteBackPending                                    int
+
+	// ChunkDecided counts requests decided from lease chunks alone, without
+	// a Redis call; ApproximateDecided those decided locally with an item of
+	// consistency approximate. Lease counts consistency lease's chunks.
+	ChunkDecided, ApproximateDecided uint64
+	Lease                            LeaseStats
 }
 
 // Stats returns the store's counters.
@@ -289,7 +295,17 @@ func (r *Store) Stats() Stats {
 		WriteBackRetried:        r.wb.retried.Load(),
 		WriteBackUnsure:         r.wb.unsure.Load(),
 		WriteBackPending:        r.wb.pending(),
+		ChunkDecided:            r.chunkDecided.Load(),
+		ApproximateDecided:      r.approxDecided.Load(),
+		Lease:                   r.leaseStats(),
 	}
+}
+
+func (r *Store) leaseStats() LeaseStats {
+	if p, ok := r.lease.(*leasePath); ok {
+		return p.stats()
+	}
+	return LeaseStats{}
 }
 
 // Close stops the store: calls waiting for a pipeline return backend.ErrClosed,

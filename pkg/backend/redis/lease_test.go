@@ -1,0 +1,188 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+)
+
+// leaseAlgorithms are the algorithms a chunk serves.
+var leaseAlgorithms = []algorithms.Kind{algorithms.FixedWindow, algorithms.SlidingWindowCounter}
+
+func TestLeaseNeverExceedsStandalone(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	testLeaseNeverExceeds(t, redis.Options{URL: srv.URL()})
+}
+
+// testLeaseNeverExceeds runs three instances on one Redis along one
+// timeline, with random requests of lease items (and some strict ones
+// beside them) on a few keys of each algorithm, and checks every request
+// admitted against the strict model: the algorithm deciding the admitted
+// requests alone, in order, must admit each of them too. So lease never
+// admits what strict decisions could not have.
+func testLeaseNeverExceeds(t *testing.T, opts redis.Options) {
+	for _, alg := range leaseAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+			o := opts
+			o.KeyPrefix = fmt.Sprintf("never-%s-%d:", alg, time.Now().UnixNano())
+			o.LeaseIdle = 300 * time.Millisecond
+			var stores []*redis.Store
+			for range 3 {
+				stores = append(stores, newClockedRedisStore(t, clock, o))
+			}
+			l := algorithms.Limit{Algorithm: alg, Requests: 60, Window: time.Second}
+			if alg.HasBurst() {
+				l.Burst = 90
+			}
+			const keys = 3
+			model := make([]algorithms.State, keys)
+			rng := rand.New(rand.NewPCG(1, uint64(alg)))
+			var admitted, denied uint64
+			ctx := context.Background()
+			out := make([]algorithms.Decision, 2)
+			for step := range 3000 {
+				k := rng.IntN(keys)
+				hits := uint64(rng.IntN(3)) + 1
+				if rng.IntN(10) == 0 {
+					hits = 0
+				}
+				items := []backend.Item{{Key: fmt.Sprintf("k%d", k), Limit: l, Hits: hits, Partition: uint64(k + 1), Consistency: backend.Lease}}
+				if rng.IntN(8) == 0 {
+					// A strict limit beside it, which sometimes denies.
+					items = append(items, backend.Item{Key: fmt.Sprintf("strict%d", k), Limit: algorithms.Limit{Requests: 30, Window: time.Second}, Hits: 1, Partition: uint64(k + 1)})
+				}
+				allowed, err := stores[rng.IntN(len(stores))].Apply(ctx, items, out)
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if allowed {
+					next, d := algorithms.DecideMicros(l, model[k], clock.Now().UnixMicro(), hits)
+					if !d.Allowed {
+						t.Fatalf("step %d: key %d admitted %d hits that the strict model denies (%+v)", step, k, hits, d)
+					}
+					model[k] = next
+					admitted += hits
+				} else {
+					denied++
+				}
+				if rng.IntN(4) == 0 {
+					clock.Advance(time.Duration(rng.IntN(20_000)) * time.Microsecond)
+				}
+				if step%50 == 0 {
+					// Let refills land now and then, as they do between
+					// requests in real time.
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			var chunk uint64
+			for _, s := range stores {
+				chunk += s.Stats().ChunkDecided
+			}
+			if chunk == 0 || denied == 0 {
+				t.Fatalf("the run decided %d requests from chunks and denied %d: it tests nothing", chunk, denied)
+			}
+			t.Logf("%d hits admitted, %d requests denied, %d from chunks", admitted, denied, chunk)
+		})
+	}
+}
+
+// leaseState reads a key's state numbers from Redis.
+func leaseState(t *testing.T, srv *redistest.Server, prefix string, it backend.Item) []float64 {
+	t.Helper()
+	v, err := srv.Client().Get(context.Background(), redis.RedisKey(prefix, it)).Result()
+	if err != nil {
+		return nil
+	}
+	_, f, err := redis.StateNumbers(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestLeaseChunkReturn: the unused hits of a chunk go back when the key goes
+// idle, on a count change and at Close, so that Redis counts only the hits
+// admitted; after its window no hit of a sliding counter stays stranded.
+func TestLeaseChunkReturn(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	for _, alg := range []algorithms.Kind{algorithms.FixedWindow, algorithms.SlidingWindowCounter} {
+		for _, how := range []string{"idle", "count change", "close", "window end"} {
+			if how == "window end" && alg == algorithms.FixedWindow {
+				continue // the window's end frees a fixed window's count by itself
+			}
+			t.Run(alg.String()+"/"+how, func(t *testing.T) {
+				clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+				prefix := fmt.Sprintf("ret-%d:", time.Now().UnixNano())
+				r, err := redis.NewWithClock(redis.Options{URL: srv.URL(), KeyPrefix: prefix, LeaseIdle: time.Second, LeaseMinChunk: 20}, clock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				it := backend.Item{Key: "k", Limit: algorithms.Limit{Algorithm: alg, Requests: 1000, Window: time.Minute}, Hits: 1, Partition: 7, Consistency: backend.Lease}
+				redisApply(t, r, it) // strict, and asks for a chunk
+				testutil.WaitFor(t, 10*time.Second, "a chunk", func() bool { return r.Stats().Lease.Granted > 0 })
+				admitted := uint64(1)
+				for range 5 {
+					if _, ok := redisApply(t, r, it); !ok {
+						t.Fatal("denied")
+					}
+					admitted++
+				}
+				if r.Stats().ChunkDecided == 0 {
+					t.Fatal("no request was decided from the chunk")
+				}
+				if got := leaseState(t, srv, prefix, it); got[1] <= float64(admitted) {
+					t.Fatalf("Redis counts %v hits with a chunk held, want more than the %d admitted", got[1], admitted)
+				}
+				switch how {
+				case "idle":
+					clock.Advance(2 * time.Second)
+				case "count change":
+					it2 := it
+					it2.Limit.Requests = 2000
+					redisApply(t, r, it2) // strict: the old chunk is revoked
+					admitted++
+				case "close":
+					if err := r.Close(); err != nil {
+						t.Fatal(err)
+					}
+				case "window end":
+					clock.Advance(time.Minute)
+				}
+				// Redis counts the hits admitted and, after a count change,
+				// the chunk granted under the new count (polled: it may be
+				// on its way).
+				var count float64
+				var st redis.Stats
+				testutil.WaitFor(t, 10*time.Second, "the chunk's return", func() bool {
+					st = r.Stats()
+					got := leaseState(t, srv, prefix, it)
+					if len(got) < 2 {
+						return false
+					}
+					count = got[1]
+					if how == "window end" {
+						count = got[2] // now the previous window's
+					}
+					held := st.Lease.Granted - st.Lease.Returned - st.ChunkDecided
+					if how != "count change" && held != 0 {
+						return false
+					}
+					return st.Lease.Returned > 0 && count == float64(admitted+held)
+				})
+				if how != "count change" && count != float64(admitted) {
+					t.Fatalf("after the return Redis counts %v hits, want the %d admitted (stats %+v)", count, admitted, st.Lease)
+				}
+			})
+		}
+	}
+}
