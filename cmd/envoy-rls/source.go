@@ -6,6 +6,7 @@ package main
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
@@ -16,6 +17,7 @@ type sourceOptions struct {
 	ConfigXDS   string
 	WatchConfig bool
 	WatchRoot   string
+	ReloadHold  time.Duration
 	ForceStart  bool
 	Load        loadOptions
 	XDS         xdsOptions
@@ -25,6 +27,7 @@ func (o *sourceOptions) addFlags(fs *flagSet) {
 	fs.StringVar(&o.Config, "config", "", "descriptor config: a YAML file or a directory of them (required)")
 	fs.StringVar(&o.ConfigXDS, "config-xds", "", "take the descriptor config from this xDS control plane (host:port; ADS, state of the world, type ratelimit.config.ratelimit.v3.RateLimitConfig) instead of --config")
 	fs.BoolVar(&o.WatchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
+	fs.DurationVar(&o.ReloadHold, "config-reload-hold", defaultReloadHold, "reload a config file written in place only once it has had no write for this long, so that a writer pausing mid-file is never loaded half-written; a file replaced atomically (renamed over the old one, a ConfigMap's ..data swap) reloads within 2 s whatever this is (0: in place as atomic)")
 	fs.StringVar(&o.WatchRoot, "watch-root", "", "also reload when this directory (or symlink) is replaced, as the reference's RUNTIME_WATCH_ROOT does for RUNTIME_ROOT")
 	fs.BoolVar(&o.ForceStart, "force-start-without-initial-config", false, "serve without a config: with --config-xds before the first one arrives, with --config when its files are there but do not load at start (then the next valid one is loaded as files change; a missing path exits 1); calls fail with \"no rate limit configuration loaded\" until then. Without it --config-xds waits and a --config that does not load exits 1")
 	o.Load.addFlags(fs)
@@ -37,6 +40,9 @@ func (o sourceOptions) validate() []error {
 		errs = append(errs, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG; --config-xds takes the config from a control plane)"))
 	case o.Config != "" && o.ConfigXDS != "":
 		errs = append(errs, errors.New("--config and --config-xds exclude each other"))
+	}
+	if o.ReloadHold < 0 {
+		errs = append(errs, errors.New("--config-reload-hold must not be negative"))
 	}
 	return append(errs, o.XDS.validate()...)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -17,8 +16,11 @@ import (
 
 // watchConfig reloads the config on SIGHUP and, with --watch-config, when a
 // file in the config's directory changes (writes, renames, and the symlink
-// swaps of a Kubernetes ConfigMap). Bursts of events are folded into one
-// reload. It returns a function that stops watching.
+// swaps of a Kubernetes ConfigMap). Events are folded into one reload on
+// the schedule of a reloadPlan: an atomic replacement within reloadMaxDelay
+// however many keep coming, a file written in place only once it has been
+// left alone for --config-reload-hold. It returns a function that stops
+// watching.
 func watchConfig(ctx context.Context, o sourceOptions, log *slog.Logger, hup <-chan os.Signal, reload func(reason string)) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	var events <-chan fsnotify.Event
@@ -51,13 +53,30 @@ func watchConfig(ctx context.Context, o sourceOptions, log *slog.Logger, hup <-c
 			events, watchErrs = w.Events, w.Errors
 		}
 	}
+	plan := newReloadPlan(o.ReloadHold)
+	// relevant reports whether ev may change the config.
+	relevant := func(ev fsnotify.Event) bool {
+		if ev.Op == fsnotify.Chmod {
+			return false
+		}
+		if o.WatchRoot != "" && filepath.Dir(ev.Name) == filepath.Dir(filepath.Clean(o.WatchRoot)) && ev.Name != filepath.Clean(o.WatchRoot) {
+			return false // another entry next to the root
+		}
+		// Not another file next to the config (a log, say).
+		return configEvent(dir, file, ev.Name, o.Load.descriptorOptions())
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
-		var pendingSince time.Time // first event not yet reloaded
+		// schedule sets the timer to the plan's next reload.
+		schedule := func() {
+			if due, ok := plan.due(time.Now(), modTime); ok {
+				timer.Reset(max(time.Until(due), 0))
+			}
+		}
 		for {
 			select {
 			case <-ctx.Done():
@@ -69,37 +88,43 @@ func watchConfig(ctx context.Context, o sourceOptions, log *slog.Logger, hup <-c
 					events = nil
 					continue
 				}
-				if ev.Op == fsnotify.Chmod {
-					continue
+				if relevant(ev) {
+					plan.event(ev, time.Now())
+					schedule()
 				}
-				if o.WatchRoot != "" && filepath.Dir(ev.Name) == filepath.Dir(filepath.Clean(o.WatchRoot)) && ev.Name != filepath.Clean(o.WatchRoot) {
-					continue // another entry next to the root
-				}
-				if !configEvent(dir, file, ev.Name, o.Load.descriptorOptions()) {
-					continue // another file next to the config (a log, say)
-				}
-				// Quiet for reloadSettle, but never later than
-				// reloadMaxDelay after the first event: a stream of events
-				// cannot starve the reload.
-				if pendingSince.IsZero() {
-					pendingSince = time.Now()
-				}
-				timer.Reset(min(reloadSettle, max(reloadMaxDelay-time.Since(pendingSince), 0)))
 			case err, ok := <-watchErrs:
 				if !ok {
 					watchErrs = nil
 					continue
 				}
-				log.Warn("config watch error", "error", err)
+				// Events may have been lost (the kernel's queue
+				// overflowed): any file may be half written.
+				log.Warn("config watch error; reloading once the files have been left alone for --config-reload-hold", "error", err)
+				plan.unknown(time.Now())
+				schedule()
 			case <-timer.C:
-				// A stable snapshot: the files read the same across a
-				// settle time, so a writer that pauses mid-file is not
-				// loaded half-written. If they changed, wait again.
-				if !stableConfig(ctx, o.Config, o.Load.ConfigRecursive, reloadSettle) {
-					timer.Reset(reloadSettle)
+				// Take the events already delivered first: a write seen
+				// now postpones the reload.
+				for drained := false; !drained; {
+					select {
+					case ev, ok := <-events:
+						if !ok {
+							events, drained = nil, true
+						} else if relevant(ev) {
+							plan.event(ev, time.Now())
+						}
+					default:
+						drained = true
+					}
+				}
+				now := time.Now()
+				if due, ok := plan.due(now, modTime); !ok {
+					continue
+				} else if due.After(now) {
+					timer.Reset(due.Sub(now))
 					continue
 				}
-				pendingSince = time.Time{}
+				plan.reset()
 				reload("file change")
 				if w != nil && o.WatchRoot != "" {
 					// After a root swap the config directory is a new
@@ -152,15 +177,6 @@ func configEvent(dir, file, name string, lo descriptors.Options) bool {
 	return ext == ".yaml" || ext == ".yml"
 }
 
-// Reload timing: a change is reloaded once the config's files have been
-// quiet for reloadSettle and read the same twice reloadSettle apart, and
-// at the latest reloadMaxDelay after the first change when events keep
-// coming (the stability check still applies).
-const (
-	reloadSettle   = 200 * time.Millisecond
-	reloadMaxDelay = 2 * time.Second
-)
-
 // watchSubdirs adds a watch for every subdirectory of dir that the loader
 // with lo reads (not through links to directories, not Kubernetes' ..
 // entries, dot directories only with lo.Dotfiles). Adding a watched one
@@ -179,54 +195,4 @@ func watchSubdirs(w *fsnotify.Watcher, dir string, lo descriptors.Options) {
 		_ = w.Add(sub)
 		watchSubdirs(w, sub, lo)
 	}
-}
-
-// configSnapshot returns the contents of the config's files (the file, or
-// every regular file of the directory, by name, and of its subdirectories
-// when recursive), or nil when unreadable.
-func configSnapshot(path string, recursive bool) []byte {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil
-	}
-	if !st.IsDir() {
-		b, _ := os.ReadFile(path)
-		return b
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil
-	}
-	var all []byte
-	for _, e := range entries { // sorted by name
-		if recursive && e.IsDir() {
-			all = append(all, e.Name()...)
-			all = append(all, '/')
-			all = append(all, configSnapshot(filepath.Join(path, e.Name()), true)...)
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(path, e.Name()))
-		if err != nil {
-			continue
-		}
-		all = append(all, e.Name()...)
-		all = append(all, 0)
-		all = append(all, b...)
-		all = append(all, 0)
-	}
-	return all
-}
-
-// stableConfig reports whether the config's files read the same before and
-// after settle.
-func stableConfig(ctx context.Context, path string, recursive bool, settle time.Duration) bool {
-	before := configSnapshot(path, recursive)
-	t := time.NewTimer(settle)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	}
-	return bytes.Equal(before, configSnapshot(path, recursive))
 }

@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
 
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 )
@@ -68,5 +71,104 @@ func TestConfigEvent(t *testing.T) {
 	}
 	if configEvent(".", "./ratelimit.yaml", "rls.log", descriptors.Options{}) {
 		t.Error("a log next to a relative config file was a config event")
+	}
+}
+
+// TestReloadPlan: an atomic replacement reloads within reloadMaxDelay
+// however many keep coming; a file written in place holds the reload until
+// it has been left alone for the hold, by its events and by its
+// modification time; a file renamed away or replaced holds nothing.
+func TestReloadPlan(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.yaml")
+	empty := filepath.Join(dir, "new.yaml")
+	if err := os.WriteFile(a, []byte("domain: a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const hold = 2 * time.Second
+	t0 := time.Unix(1_000_000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	mtimes := map[string]time.Time{}
+	mtime := func(name string) (time.Time, bool) {
+		mt, ok := mtimes[name]
+		return mt, ok
+	}
+	ev := func(name string, op fsnotify.Op) fsnotify.Event { return fsnotify.Event{Name: name, Op: op} }
+	want := func(p *reloadPlan, now time.Time, due time.Duration) {
+		t.Helper()
+		got, ok := p.due(now, mtime)
+		if !ok || !got.Equal(at(due)) {
+			t.Errorf("at %v: due %v (%v), want %v", now.Sub(t0), got.Sub(t0), ok, due)
+		}
+	}
+
+	p := newReloadPlan(hold)
+	if _, ok := p.due(t0, mtime); ok {
+		t.Fatal("due with no change")
+	}
+	// An atomic storm: a rename every 10 ms for 5 s. Due 2 s after the
+	// first, not 200 ms after the last.
+	for d := time.Duration(0); d < 5*time.Second; d += 10 * time.Millisecond {
+		p.event(ev(a, fsnotify.Create), at(d))
+		if d < reloadMaxDelay-reloadSettle {
+			want(p, at(d), d+reloadSettle)
+		} else {
+			want(p, at(d), reloadMaxDelay)
+		}
+	}
+	p.reset()
+	// A quiet one: 200 ms after.
+	p.event(ev(filepath.Join(dir, "..data"), fsnotify.Create), at(0))
+	want(p, at(0), reloadSettle)
+	p.reset()
+
+	// In place: the hold after the last write, whatever the storm beside.
+	mtimes[a] = at(0)
+	p.event(ev(a, fsnotify.Write), at(0))
+	want(p, at(0), hold)
+	p.event(ev(filepath.Join(dir, "b.yaml"), fsnotify.Create), at(100*time.Millisecond))
+	p.event(ev(a, fsnotify.Write), at(900*time.Millisecond)) // the writer paused 900 ms
+	mtimes[a] = at(900 * time.Millisecond)
+	want(p, at(time.Second), 900*time.Millisecond+hold)
+	// A write whose event is not here yet moved the modification time.
+	mtimes[a] = at(1500 * time.Millisecond)
+	want(p, at(1600*time.Millisecond), 1500*time.Millisecond+hold)
+	// A modification time in the future is not waited for.
+	mtimes[a] = at(time.Hour)
+	want(p, at(1600*time.Millisecond), 900*time.Millisecond+hold)
+	mtimes[a] = at(1500 * time.Millisecond)
+	// Renamed over: the new file is whole.
+	p.event(ev(a, fsnotify.Create), at(1700*time.Millisecond))
+	want(p, at(1700*time.Millisecond), 1700*time.Millisecond+reloadSettle)
+	p.reset()
+
+	// Written in place, then renamed away (a temporary file that counts
+	// as config, renamed onto another name): it holds nothing.
+	tmp := filepath.Join(dir, "tmp.yaml")
+	mtimes[tmp] = at(0)
+	p.event(ev(tmp, fsnotify.Write), at(0))
+	p.event(ev(tmp, fsnotify.Rename), at(10*time.Millisecond))
+	want(p, at(10*time.Millisecond), 10*time.Millisecond+reloadSettle)
+	p.reset()
+	// A file gone by the time it is judged holds nothing either.
+	p.event(ev(filepath.Join(dir, "gone.yaml"), fsnotify.Write), at(0))
+	want(p, at(0), reloadSettle)
+	p.reset()
+
+	// A new empty file: its writer may pause before its first write.
+	mtimes[empty] = at(0)
+	p.event(ev(empty, fsnotify.Create), at(0))
+	want(p, at(0), hold)
+	p.reset()
+
+	// Events lost: the hold for everything.
+	p.unknown(at(0))
+	want(p, at(0), hold)
+	p.reset()
+	if _, ok := p.due(t0, mtime); ok {
+		t.Fatal("due after reset")
 	}
 }
