@@ -49,7 +49,7 @@ type options struct {
 	warmup      time.Duration
 	concurrency int
 	conns       int
-	keys        []int
+	keys        []scenario
 	systems     []string
 	extraArgs   string
 	binB        string // redis-b's envoy-rls (empty: the same binary)
@@ -82,8 +82,8 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load per system before the first round of a scenario (not measured)")
 	fs.IntVar(&o.concurrency, "concurrency", 50, "concurrent gRPC callers")
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections shared by the callers")
-	fs.StringVar(&keys, "keys", "10000,1", "scenarios: distinct descriptor values (1 = one hot key), comma-separated")
-	fs.StringVar(&systems, "systems", "floor,memory,redis,reference", "systems to run (reference only with --ref-bin)")
+	fs.StringVar(&keys, "keys", "10000,zipf10000,1", "scenarios: distinct descriptor values (1 = one hot key; zipfN: N values drawn with Zipf s = 1.1, else in turn), comma-separated")
+	fs.StringVar(&systems, "systems", "floor,memory,redis,lease,reference", "systems to run (reference only with --ref-bin; lease: redis with --consistency lease)")
 	fs.StringVar(&o.extraArgs, "redis-args", "", "extra flags for envoy-rls on Redis, space-separated (e.g. --redis-batch-window=50us)")
 	fs.StringVar(&o.binB, "redis-b-bin", "", "system redis-b (A/B runs): this envoy-rls binary on its own redis-server (empty: the same binary as redis)")
 	fs.StringVar(&o.extraArgsB, "redis-b-args", "", "extra flags for redis-b, space-separated")
@@ -96,16 +96,22 @@ func parse(args []string) (options, error) {
 		return o, errors.New("--rounds, --duration, --concurrency and --conns must be positive")
 	}
 	for _, k := range strings.Split(keys, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(k))
+		k = strings.TrimSpace(k)
+		var sc scenario
+		if rest, ok := strings.CutPrefix(k, "zipf"); ok {
+			k, sc.zipf = rest, zipfS
+		}
+		n, err := strconv.Atoi(k)
 		if err != nil || n < 1 {
 			return o, fmt.Errorf("--keys: %q is not a positive number", k)
 		}
-		o.keys = append(o.keys, n)
+		sc.keys = n
+		o.keys = append(o.keys, sc)
 	}
 	for _, s := range strings.Split(systems, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "floor", "memory", "redis", "redis-b":
+		case "floor", "memory", "redis", "lease", "redis-b":
 		case "reference":
 			if o.refBin == "" {
 				continue
@@ -119,6 +125,25 @@ func parse(args []string) (options, error) {
 		return o, errors.New("--systems must include floor: every ratio is to it")
 	}
 	return o, nil
+}
+
+// scenario is one load: keys descriptor values, asked in turn or, with
+// zipf > 0, drawn from a Zipf distribution of that exponent.
+type scenario struct {
+	keys int
+	zipf float64
+}
+
+// zipfS is the exponent of the zipfN scenarios: a quarter or so of the
+// decisions of 10,000 keys fall on keys seen less than once per 100 ms.
+const zipfS = 1.1
+
+// id names the scenario in file names: 10000, zipf10000.
+func (sc scenario) id() string {
+	if sc.zipf > 0 {
+		return "zipf" + strconv.Itoa(sc.keys)
+	}
+	return strconv.Itoa(sc.keys)
 }
 
 // system is one server under load, with its redis-server if it has one.
@@ -248,7 +273,7 @@ func run(o options, out io.Writer) error {
 // for o.duration while taking a CPU profile of it (most of the round),
 // written to o.profileDir as <keys>-<system>.pprof. It prints each
 // round's calls and server CPU, by which to divide a profile's samples.
-func profileRound(o options, out io.Writer, systems []*system, keys int) error {
+func profileRound(o options, out io.Writer, systems []*system, keys scenario) error {
 	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 		return err
 	}
@@ -258,7 +283,7 @@ func profileRound(o options, out io.Writer, systems []*system, keys int) error {
 		if s.debugAddr == "" {
 			continue
 		}
-		path := filepath.Join(o.profileDir, fmt.Sprintf("%d-%s.pprof", keys, s.name))
+		path := filepath.Join(o.profileDir, fmt.Sprintf("%s-%s.pprof", keys.id(), s.name))
 		got := make(chan error, 1)
 		go func() {
 			got <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, secs), path)
@@ -277,7 +302,7 @@ func profileRound(o options, out io.Writer, systems []*system, keys int) error {
 }
 
 // drive runs envoy-rls-load against s for d and measures.
-func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
+func drive(o options, s *system, keys scenario, d time.Duration) (sample, error) {
 	var sm sample
 	var rb redisSnap
 	var err error
@@ -291,7 +316,8 @@ func drive(o options, s *system, keys int, d time.Duration) (sample, error) {
 		return sm, err
 	}
 	load := exec.Command(filepath.Join(o.binDir, "envoy-rls-load"), "--addr", s.addr, "--domain", loadDomain,
-		"--key", "user", "--keys", strconv.Itoa(keys), "--concurrency", strconv.Itoa(o.concurrency),
+		"--key", "user", "--keys", strconv.Itoa(keys.keys), "--zipf", strconv.FormatFloat(keys.zipf, 'g', -1, 64),
+		"--concurrency", strconv.Itoa(o.concurrency),
 		"--conns", strconv.Itoa(o.conns), "--duration", d.String(), "--requests", "1000000000")
 	txt, err := load.CombinedOutput()
 	if err != nil {
@@ -413,10 +439,13 @@ func spread(ss []sample, f func(sample) float64) (float64, float64) {
 	return lo, hi
 }
 
-func report(out io.Writer, o options, keys int, systems []*system, samples map[string][]sample) {
-	scenario := fmt.Sprintf("%d keys", keys)
-	if keys == 1 {
+func report(out io.Writer, o options, keys scenario, systems []*system, samples map[string][]sample) {
+	scenario := fmt.Sprintf("%d keys", keys.keys)
+	switch {
+	case keys.keys == 1:
 		scenario = "one hot key"
+	case keys.zipf > 0:
+		scenario = fmt.Sprintf("%d keys drawn with Zipf s = %g", keys.keys, keys.zipf)
 	}
 	fmt.Fprintf(out, "\n%s, one fixed-window descriptor per call (median of %d rounds; x = ratio to the floor)\n\n", scenario, o.rounds)
 	fl := samples["floor"]

@@ -44,8 +44,9 @@ func TestMedianAndFlags(t *testing.T) {
 	if _, err := parse([]string{"--systems", "memory"}); err == nil {
 		t.Fatal("a run without the floor was accepted")
 	}
-	o, err := parse([]string{"--ref-bin", "", "--keys", "5,1"})
-	if err != nil || len(o.keys) != 2 || o.keys[0] != 5 || o.keys[1] != 1 || len(o.systems) != 3 {
+	o, err := parse([]string{"--ref-bin", "", "--keys", "5,zipf7,1"})
+	if err != nil || len(o.keys) != 3 || o.keys[0] != (scenario{keys: 5}) || o.keys[1] != (scenario{keys: 7, zipf: zipfS}) ||
+		o.keys[2] != (scenario{keys: 1}) || len(o.systems) != 4 || o.systems[3] != "lease" {
 		t.Fatalf("parse = %+v, %v", o, err)
 	}
 	// An A/B run: redis-b only when asked for, with its own binary and flags.

@@ -65,7 +65,7 @@ func start(o options, name, work, cfg string) (*system, error) {
 	case "floor":
 		args := append([]string{"--addr", addr}, debugArgs...)
 		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), args...)
-	case "memory", "redis", "redis-b":
+	case "memory", "redis", "lease", "redis-b":
 		args := []string{"serve", "--config", cfg, "--grpc-addr", addr, "--http-addr", "",
 			"--watch-config=false", "--log-level", "warn", "--backend-timeout", "1s"}
 		args = append(args, debugArgs...)
@@ -75,6 +75,9 @@ func start(o options, name, work, cfg string) (*system, error) {
 				return s, err
 			}
 			extra := strings.Fields(o.extraArgs)
+			if name == "lease" {
+				extra = append(extra, "--consistency", "lease")
+			}
 			if name == "redis-b" {
 				extra = strings.Fields(o.extraArgsB)
 				if o.binB != "" {

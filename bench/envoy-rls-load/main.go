@@ -5,6 +5,10 @@
 //
 //	envoy-rls-load --addr 127.0.0.1:8081 --domain example --key remote_address \
 //	    --keys 10000 --concurrency 64 --duration 10s
+//
+// The keys are asked in turn, or with --zipf s (s > 1) drawn from a Zipf
+// distribution of exponent s over the --keys values: value i with
+// probability proportional to 1/(i+1)^s, a few hot keys and a long tail.
 package main
 
 import (
@@ -13,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -31,6 +36,7 @@ type config struct {
 	domain      string
 	key         string
 	keys        int
+	zipf        float64
 	concurrency int
 	conns       int
 	duration    time.Duration
@@ -52,6 +58,7 @@ func run(args []string, out io.Writer) error {
 	fs.StringVar(&c.domain, "domain", "example", "request domain")
 	fs.StringVar(&c.key, "key", "remote_address", "descriptor entry key")
 	fs.IntVar(&c.keys, "keys", 1, "distinct descriptor values (1 = one hot key)")
+	fs.Float64Var(&c.zipf, "zipf", 0, "draw the values from a Zipf distribution of this exponent (> 1; 0: every value in turn)")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent callers")
 	fs.IntVar(&c.conns, "conns", 4, "gRPC connections shared by the callers")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
@@ -62,6 +69,9 @@ func run(args []string, out io.Writer) error {
 	}
 	if c.keys < 1 || c.concurrency < 1 || c.conns < 1 || c.requests < 1 || c.duration <= 0 {
 		return errors.New("--keys, --concurrency, --conns, --requests and --duration must be positive")
+	}
+	if c.zipf != 0 && !(c.zipf > 1) {
+		return errors.New("--zipf must be more than 1 (or 0: every value in turn)")
 	}
 	r, err := load(c)
 	if err != nil {
@@ -110,11 +120,19 @@ func load(c config) (*result, error) {
 			var ok, over, errs int64
 			var firstErr error
 			lat := make([]time.Duration, 0, 4096)
+			var zipf *rand.Zipf
+			if c.zipf > 1 && c.keys > 1 {
+				zipf = rand.NewZipf(rand.New(rand.NewPCG(uint64(w), 1)), c.zipf, 1, uint64(c.keys-1))
+			}
 			for i := w; ctx.Err() == nil && issued.Add(1) <= c.requests; i += c.concurrency {
+				v := values[i%len(values)]
+				if zipf != nil {
+					v = values[zipf.Uint64()]
+				}
 				req := &rlsv3.RateLimitRequest{
 					Domain: c.domain,
 					Descriptors: []*commonv3.RateLimitDescriptor{{
-						Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: c.key, Value: values[i%len(values)]}},
+						Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: c.key, Value: v}},
 					}},
 				}
 				// Calls run to completion: the run's end only stops new ones.
@@ -163,7 +181,7 @@ func (r *result) print(out io.Writer, c config) {
 		}
 		return r.latencies[min(len(r.latencies)-1, int(p*float64(len(r.latencies))))]
 	}
-	fmt.Fprintf(out, "target %s domain %s key %s keys %d concurrency %d conns %d\n", c.addr, c.domain, c.key, c.keys, c.concurrency, c.conns)
+	fmt.Fprintf(out, "target %s domain %s key %s keys %d zipf %g concurrency %d conns %d\n", c.addr, c.domain, c.key, c.keys, c.zipf, c.concurrency, c.conns)
 	fmt.Fprintf(out, "calls %d in %v: %.0f calls/s (ok %d, over_limit %d, errors %d)\n",
 		total, r.elapsed.Round(time.Millisecond), float64(total)/r.elapsed.Seconds(), r.ok, r.over, r.errs)
 	fmt.Fprintf(out, "latency p50 %v p90 %v p99 %v max %v\n", q(0.50), q(0.90), q(0.99), q(1))

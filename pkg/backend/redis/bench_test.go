@@ -59,6 +59,11 @@ func readRedisCost(tb testing.TB, rc *goredis.Client) redisCost {
 // this process's CPU (cpu-µs/op: the store, go-redis and the goroutines'
 // wake-ups).
 func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i uint64) string) {
+	benchRedisConsistency(b, opts, l, key, backend.Strict)
+}
+
+// benchRedisConsistency is benchRedis with items of consistency c.
+func benchRedisConsistency(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i uint64) string, c backend.Consistency) {
 	srv := redistest.StartStandalone(b)
 	rc := srv.Client()
 	opts.URL = srv.URL()
@@ -72,7 +77,7 @@ func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i
 	before, cost0, cpu0 := r.Stats(), readRedisCost(b, rc), processCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		items := []backend.Item{{Limit: l, Hits: 1}}
+		items := []backend.Item{{Limit: l, Hits: 1, Partition: 1, Consistency: c}}
 		out := make([]algorithms.Decision, 1)
 		ctx := context.Background()
 		for pb.Next() {
@@ -96,6 +101,10 @@ func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i
 	b.ReportMetric(float64(st.ScriptCalls-before.ScriptCalls)/reqs, "scripts/op")
 	b.ReportMetric((cost1.cmdUsec-cost0.cmdUsec)/reqs, "redis-µs/op")
 	b.ReportMetric((cost1.cpuUsec-cost0.cpuUsec)/reqs, "redis-cpu-µs/op")
+	if c == backend.Lease {
+		b.ReportMetric(float64(st.Decided-before.Decided)/reqs, "strict/op")
+		b.ReportMetric(float64(st.Lease.Chunks-before.Lease.Chunks)/reqs, "chunks/op")
+	}
 	if l.Algorithm == algorithms.SlidingWindowLog {
 		b.ReportMetric(float64(denied.Load())/reqs, "denied/op")
 	} else if denied.Load() > 0 {

@@ -108,8 +108,9 @@ type lease struct {
 	target  uint64 // the last chunk wanted
 	retry   int64  // local µs before which no refill is asked (grant 0)
 
-	demand   uint64 // hits asked since since
-	since    int64
+	demand   uint64  // hits asked since since
+	since    int64   // local µs
+	rate     float64 // hits per µs, measured at the last refill
 	lastUse  int64
 	pending  bool // a refill is queued or in flight
 	returned bool // removed from the map: no more takes
@@ -204,7 +205,9 @@ func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) 
 		p.expire(e)
 	}
 	if e.avail < max(hits, 1) {
-		p.ask(e, now)
+		if p.chunk(e, now) >= 2 {
+			p.ask(e, now)
+		}
 		e.mu.Unlock()
 		return hold{}, false
 	}
@@ -258,6 +261,30 @@ func (p *leasePath) observe(it *backend.Item, d *algorithms.Decision) {
 		e.left = d.Remaining
 	}
 	e.mu.Unlock()
+}
+
+// Rates: a key's demand is measured over at least rateSpan µs, and a cold
+// key's chunk covers at most coldSpan µs of it.
+const (
+	rateSpan = 10_000
+	coldSpan = 1_000_000
+)
+
+// chunk returns the chunk e wants now (e.mu held): about horizon of its
+// demand, at least minChunk, but no more than it would use in coldSpan or
+// before its window ends, so that a cold key asks for none (less than 2)
+// rather than for hits it would strand.
+func (p *leasePath) chunk(e *lease, now int64) uint64 {
+	rate := max(e.rate, float64(e.demand)/float64(max(now-e.since, coldSpan)))
+	span := int64(coldSpan)
+	if w := e.limit.Window.Microseconds(); w > 0 {
+		span = min(span, w-now%w) // the local clock's idea of the window's end
+	}
+	t := min(max(rate*p.horizon, float64(p.minChunk)), rate*float64(span))
+	if t < 2 {
+		return 0
+	}
+	return min(uint64(t), e.limit.Capacity())
 }
 
 // ask queues a refill of e (e.mu held), unless one is on its way or the
@@ -367,19 +394,15 @@ func (p *leasePath) want(batch []leaseCall, c leaseCall) []leaseCall {
 		e.pending = false
 		return batch
 	}
-	el := max(now-e.since, 1)
-	target := uint64(float64(e.demand) / float64(el) * p.horizon)
-	if e.demand > 0 && el < int64(p.horizon) {
-		// Too short a time to tell a rate: at least what came meanwhile.
-		target = max(target, e.demand)
+	if el := now - e.since; el >= rateSpan {
+		e.rate, e.demand, e.since = float64(e.demand)/float64(el), 0, now
 	}
-	target = min(max(target, p.minChunk), e.limit.Capacity())
+	target := p.chunk(e, now)
 	e.target = target
-	e.demand, e.since = 0, now
 	if e.avail > 0 && now >= e.expires {
 		p.expire(e)
 	}
-	if e.avail >= target {
+	if target < 2 || e.avail >= target {
 		e.pending = false
 		return batch
 	}
