@@ -22,12 +22,18 @@ domain: lease
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 300, consistency: lease}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: token_bucket, consistency: lease}
 `
 
 // leaseHammer sends, from clients callers spread over procs, requests of
 // deadline each for user=value until stop is closed or each sent perClient,
 // and counts the allowed ones and the errors.
 func leaseHammer(procs []*proc, clients, perClient int, deadline time.Duration, value string, stop <-chan struct{}) (ok, errs int64) {
+	return leaseHammerKey(procs, clients, perClient, deadline, "user", value, stop)
+}
+
+func leaseHammerKey(procs []*proc, clients, perClient int, deadline time.Duration, key, value string, stop <-chan struct{}) (ok, errs int64) {
 	var allowed, failed atomic.Int64
 	var wg sync.WaitGroup
 	for c := range clients {
@@ -43,7 +49,7 @@ func leaseHammer(procs []*proc, clients, perClient int, deadline time.Duration, 
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				r, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-					Domain: "lease", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("user", value)},
+					Domain: "lease", Descriptors: []*commonv3.RateLimitDescriptor{descriptor(key, value)},
 				})
 				cancel()
 				switch {
@@ -97,6 +103,12 @@ func TestLeaseAcrossInstances(t *testing.T) {
 	if ok > 300 || ok < 270 {
 		t.Fatalf("%d allowed across 3 instances, want 270 to 300", ok)
 	}
+	// A token bucket of 300 an hour: its chunks' tokens held, not refilling
+	// (in the test's seconds the bucket refills less than one token).
+	bok, berrs := leaseHammerKey(procs, 60, 10, 2*time.Second, "bucket", "shared", nil)
+	if berrs > 0 || bok > 300 || bok < 270 {
+		t.Fatalf("token bucket: %d allowed (%d calls failed) across 3 instances, want 270 to 300", bok, berrs)
+	}
 	for _, p := range procs {
 		if code := p.stop(t); code != 0 {
 			t.Fatalf("exit code %d", code)
@@ -105,7 +117,7 @@ func TestLeaseAcrossInstances(t *testing.T) {
 	if n := redisCount(t, srv); n != float64(ok) {
 		t.Fatalf("after SIGTERM Redis counts %v hits, want the %d allowed", n, ok)
 	}
-	t.Logf("%d allowed", ok)
+	t.Logf("%d allowed, token bucket %d", ok, bok)
 }
 
 // TestLeaseRedisFrozen: Redis frozen (SIGSTOP) while three instances decide

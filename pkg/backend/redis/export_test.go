@@ -26,7 +26,7 @@ func NewWithClock(opts Options, clock backend.Clock) (*Store, error) { return ne
 // StateNumbers decodes a string state as the script writes it (see
 // script.go): its algorithm and its numbers (fixed window: at, count).
 func StateNumbers(v string) (algorithms.Kind, []float64, error) {
-	if len(v) != 17 && len(v) != 25 || v[0] < stateMagic {
+	if len(v) != 17 && len(v) != 25 && len(v) != 33 || v[0] < stateMagic {
 		return 0, nil, fmt.Errorf("not a state: %x", v)
 	}
 	var f []float64

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +76,7 @@ type leasePath struct {
 	horizon  float64
 	minChunk uint64
 	idle     int64 // µs
+	hold     int64 // µs a bucket's chunk holds its tokens (2 × idle)
 	maxKeys  int
 	clock    backend.Clock
 
@@ -102,6 +102,7 @@ type lease struct {
 	gen   uint64 // changes with each chunk, so holds of an old one are not put back
 
 	avail   uint64 // hits of the chunk not taken
+	owned   uint64 // a bucket's: this instance's part of the held tokens in Redis
 	start   int64  // the window start (Redis µs) the chunk was granted in
 	expires int64  // local µs until which the chunk serves (math.MaxInt64: a bucket's)
 	left    uint64 // what Redis said remained beside the chunks, at the last grant
@@ -139,6 +140,7 @@ func (r *Store) newLease(opts Options) (localPath, error) {
 	if p.idle == 0 {
 		p.idle = DefaultLeaseIdle.Microseconds()
 	}
+	p.hold = 2 * p.idle
 	if p.maxKeys == 0 {
 		p.maxKeys = DefaultLeaseKeys
 	}
@@ -160,14 +162,16 @@ func (p *leasePath) now() int64 { return p.clock.Now().UnixMicro() }
 // leases reports whether a chunk can serve limit l.
 func leases(l *algorithms.Limit) bool {
 	switch l.Algorithm {
-	case algorithms.FixedWindow, algorithms.SlidingWindowCounter:
+	case algorithms.FixedWindow, algorithms.SlidingWindowCounter, algorithms.TokenBucket, algorithms.GCRA:
 		return l.Requests > 0
 	}
 	return false
 }
 
 func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) {
-	if (it.Account && it.Hits > 0) || !leases(&it.Limit) {
+	if (it.Account && it.Hits > 0) || !leases(&it.Limit) || (it.Limit.Algorithm.HasBurst() && it.Partition == 0) {
+		// A bucket's chunks need a hash of the instances' parts in its
+		// key's slot: a hash tag, which only a partition gives.
 		return hold{}, false
 	}
 	p.active.Store(true)
@@ -213,7 +217,7 @@ func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) 
 	}
 	e.avail -= hits
 	*d = algorithms.Decision{Allowed: true, Limit: it.Limit.Capacity(), Remaining: e.left + e.avail}
-	if e.expires != math.MaxInt64 {
+	if !e.limit.Algorithm.HasBurst() {
 		d.ResetAfter = time.Duration(e.expires-now) * time.Microsecond
 		if it.Limit.Algorithm == algorithms.SlidingWindowCounter {
 			d.ResetAfter += it.Limit.Window
@@ -221,7 +225,9 @@ func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) 
 	} else {
 		d.ResetAfter = time.Duration(float64(it.Limit.Capacity()-min(d.Remaining, it.Limit.Capacity())) / float64(it.Limit.Requests) * float64(it.Limit.Window))
 	}
-	if 2*e.avail < e.target {
+	if 2*e.avail < e.target || (e.limit.Algorithm.HasBurst() && e.expires-now < p.hold/2) {
+		// Low, or a bucket's tokens soon no longer held: a refill
+		// holds them longer.
 		p.ask(e, now)
 	}
 	h := hold{ref: e, n: hits, gen: e.gen}
@@ -267,7 +273,7 @@ func (p *leasePath) observe(it *backend.Item, d *algorithms.Decision) {
 // key's chunk covers at most coldSpan µs of it.
 const (
 	rateSpan = 10_000
-	coldSpan = 1_000_000
+	coldSpan = 10_000_000
 )
 
 // chunk returns the chunk e wants now (e.mu held): about horizon of its
@@ -277,7 +283,9 @@ const (
 func (p *leasePath) chunk(e *lease, now int64) uint64 {
 	rate := max(e.rate, float64(e.demand)/float64(max(now-e.since, coldSpan)))
 	span := int64(coldSpan)
-	if w := e.limit.Window.Microseconds(); w > 0 {
+	if e.limit.Algorithm.HasBurst() {
+		span = p.hold / 2 // a bucket's tokens are held that long
+	} else if w := e.limit.Window.Microseconds(); w > 0 {
 		span = min(span, w-now%w) // the local clock's idea of the window's end
 	}
 	t := min(max(rate*p.horizon, float64(p.minChunk)), rate*float64(span))
@@ -304,7 +312,7 @@ func (p *leasePath) ask(e *lease, now int64) {
 // unused hits are given back (they weigh in its next window), a fixed
 // window's are counted stranded (the window's end freed them).
 func (p *leasePath) expire(e *lease) {
-	if e.limit.Algorithm == algorithms.SlidingWindowCounter {
+	if e.limit.Algorithm != algorithms.FixedWindow {
 		p.giveBack(e)
 		return
 	}
@@ -318,12 +326,12 @@ func (p *leasePath) expire(e *lease) {
 // giveBack takes e's unused hits (e.mu held) and sends them back to Redis
 // in the background.
 func (p *leasePath) giveBack(e *lease) {
-	if e.avail == 0 {
+	if e.avail == 0 && e.owned == 0 {
 		e.gen++
 		return
 	}
-	p.queueReturn(leaseCall{e: e, op: opReturn, n: e.avail, cs: e.start, limit: e.limit})
-	e.avail = 0
+	p.queueReturn(leaseCall{e: e, op: opReturn, n: e.avail, used: e.owned - min(e.avail, e.owned), cs: e.start, limit: e.limit})
+	e.avail, e.owned = 0, 0
 	e.gen++
 }
 
@@ -343,6 +351,7 @@ type leaseCall struct {
 	e     *lease
 	op    int
 	n     uint64
+	used  uint64 // a bucket's: tokens of this instance's part used since it last said
 	cs    int64
 	limit algorithms.Limit
 	gen   uint64
@@ -402,11 +411,15 @@ func (p *leasePath) want(batch []leaseCall, c leaseCall) []leaseCall {
 	if e.avail > 0 && now >= e.expires {
 		p.expire(e)
 	}
-	if target < 2 || e.avail >= target {
+	if target < 2 || (e.avail >= target && !(e.limit.Algorithm.HasBurst() && e.expires-now < p.hold/2)) {
 		e.pending = false
 		return batch
 	}
-	return append(batch, leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now})
+	c = leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now}
+	if e.limit.Algorithm.HasBurst() {
+		c.used = e.owned - min(e.avail, e.owned)
+	}
+	return append(batch, c)
 }
 
 // send runs calls of lease.lua in one pipeline, outside the degraded mode
@@ -421,7 +434,7 @@ func (p *leasePath) send(ctx context.Context, calls []leaseCall) {
 	}
 	for i := range calls {
 		c := &calls[i]
-		c.cmd = leaseScript.EvalSha(ctx, pipe, []string{c.e.key}, leaseArgs(c, nowArg, inst)...)
+		c.cmd = leaseScript.EvalSha(ctx, pipe, leaseKeys(c), p.leaseArgs(c, nowArg, inst)...)
 	}
 	_, _ = pipe.Exec(ctx)
 	var again []int
@@ -435,7 +448,7 @@ func (p *leasePath) send(ctx context.Context, calls []leaseCall) {
 		pipe := p.r.client.Pipeline()
 		for _, i := range again {
 			c := &calls[i]
-			c.cmd = leaseScript.Eval(ctx, pipe, []string{c.e.key}, leaseArgs(c, nowArg, inst)...)
+			c.cmd = leaseScript.Eval(ctx, pipe, leaseKeys(c), p.leaseArgs(c, nowArg, inst)...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -444,9 +457,22 @@ func (p *leasePath) send(ctx context.Context, calls []leaseCall) {
 	}
 }
 
-func leaseArgs(c *leaseCall, now, inst int64) []any {
+func (p *leasePath) leaseArgs(c *leaseCall, now, inst int64) []any {
 	w := max(c.limit.Window.Microseconds(), 1)
-	return []any{c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, now, inst}
+	args := []any{c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, now, inst}
+	if c.limit.Algorithm.HasBurst() {
+		args = append(args, c.used, p.id, p.hold)
+	}
+	return args
+}
+
+// leaseKeys are a call's KEYS: the state, and for a bucket the hash of the
+// instances' parts (in the same slot: the key has a hash tag).
+func leaseKeys(c *leaseCall) []string {
+	if c.limit.Algorithm.HasBurst() {
+		return []string{c.e.key, c.e.key + ":lease"}
+	}
+	return []string{c.e.key}
 }
 
 // apply applies the reply of a lease call to its key.
@@ -478,6 +504,10 @@ func (p *leasePath) apply(c *leaseCall) {
 		return
 	}
 	g := uint64(v[0])
+	bucket := c.limit.Algorithm.HasBurst()
+	if bucket && e.limit == c.limit {
+		e.owned = e.owned - min(c.used, e.owned) + g
+	}
 	p.chunks.Add(1)
 	p.granted.Add(g)
 	if e.returned || e.limit != c.limit {
@@ -492,16 +522,16 @@ func (p *leasePath) apply(c *leaseCall) {
 		// Little remains: strict until the window ends (a bucket: a
 		// horizon later, when it may have refilled).
 		e.retry = c.sent + int64(p.horizon)
-		if v[3] > 0 {
+		if v[3] > 0 && !bucket {
 			e.retry = c.sent + v[3]
+		}
+		if bucket && e.avail > 0 {
+			e.expires = c.sent + v[3] // the held part, held longer
 		}
 		return
 	}
-	expires := int64(math.MaxInt64)
-	if v[3] > 0 {
-		expires = c.sent + v[3]
-	}
-	if expires != math.MaxInt64 && e.start != v[2] {
+	expires := c.sent + v[3]
+	if !bucket && e.start != v[2] {
 		// A new window: the held chunk (of an earlier one) ends, and no
 		// hold of it is put back into this one.
 		p.expire(e)
@@ -537,9 +567,9 @@ func (p *leasePath) sweeper() {
 			switch {
 			case e.avail > 0 && now >= e.expires:
 				p.expire(e)
-			case e.avail > 0 && now-e.lastUse >= p.idle:
+			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e):
 				p.giveBack(e)
-			case e.avail == 0 && !e.pending && now-e.lastUse >= 4*p.idle:
+			case e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan):
 				idle = append(idle, e)
 			}
 			e.mu.Unlock()
@@ -549,7 +579,7 @@ func (p *leasePath) sweeper() {
 			p.mu.Lock()
 			for _, e := range idle {
 				e.mu.Lock()
-				if e.avail == 0 && !e.pending && now-e.lastUse >= 4*p.idle {
+				if e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan) {
 					e.returned = true
 					delete(p.m, mapKey(p.m, e))
 				}
@@ -558,6 +588,20 @@ func (p *leasePath) sweeper() {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// idleFor is how long e may see no request before its chunk goes back:
+// LeaseIdle, or for a cold key three of its intervals between requests
+// (at most coldSpan, and for a bucket less than its tokens are held).
+func (p *leasePath) idleFor(e *lease) int64 {
+	d := p.idle
+	if e.rate > 0 {
+		d = max(d, min(int64(3/e.rate), coldSpan))
+	}
+	if e.limit.Algorithm.HasBurst() {
+		d = min(d, p.hold/2)
+	}
+	return d
 }
 
 // mapKey finds e's key in m (only for keys being forgotten).
@@ -603,13 +647,13 @@ func (p *leasePath) close(ctx context.Context) error {
 	for _, e := range p.m {
 		e.mu.Lock()
 		e.returned = true
-		if e.avail > 0 {
+		if e.avail > 0 || e.owned > 0 {
 			if p.now() >= e.expires && e.limit.Algorithm == algorithms.FixedWindow {
 				p.stranded.Add(e.avail)
 			} else {
-				calls = append(calls, leaseCall{e: e, op: opReturn, n: e.avail, cs: e.start, limit: e.limit, gen: e.gen})
+				calls = append(calls, leaseCall{e: e, op: opReturn, n: e.avail, used: e.owned - min(e.avail, e.owned), cs: e.start, limit: e.limit})
 			}
-			e.avail = 0
+			e.avail, e.owned = 0, 0
 			e.gen++
 		}
 		e.mu.Unlock()

@@ -106,27 +106,53 @@ local function sliding_counter(req, w, ki, now, hits, over)
 	return true, floor_u((full - used) / fw), 0, micros(reset), start, cur, prev, 0
 end
 
+-- bucket_base returns key ki's bucket state (at, level, held, until) as
+-- of now: held tokens (taken by lease chunks, lease.lua) do not refill
+-- until the instant until; once it has passed, they count as taken then.
+-- Without chunks held is 0 and the state is the Go twin's.
+local function bucket_base(ki, now, w, rate)
+	local at, level, held, until_ = s_at[ki], s_level[ki], s_prev[ki], s_count[ki]
+	if held <= 0 then
+		return at, level, 0, 0
+	end
+	if now < until_ then
+		return at, level, held, until_
+	end
+	if until_ > at then
+		level = level - (until_ - at) * rate
+		if level < 0 then
+			level = 0
+		end
+		at = until_
+	end
+	return at, level + held * w, 0, 0
+end
+
 local function bucket(req, w, capacity, ki, now, hits, over)
-	local at = s_at[ki]
+	local fw, rate = w, req
+	local at, level, held, until_ = bucket_base(ki, now, w, rate)
 	if now < at then
 		now = at
 	end
-	local fw, rate = w, req
 	local full = capacity * fw
-	local debt = s_level[ki] - (now - at) * rate
+	local debt = level - (now - at) * rate
 	if debt < 0 then
 		debt = 0
 	end
+	local hw, wait = held * fw, 0
+	if held > 0 then
+		wait = until_ - now -- the held tokens start refilling then
+	end
 	local need = debt + hits * fw
 	local p = probe(hits)
-	if over or p > capacity or debt + p * fw > full then
+	if over or p > capacity or debt + hw + p * fw > full then
 		local retry = NEVER
 		if not over and p <= capacity then
-			retry = ceil_micros((debt + p * fw - full) / rate)
+			retry = ceil_micros((debt + hw + p * fw - full) / rate)
 		end
-		return false, floor_u((full - debt) / fw), retry, ceil_micros(debt / rate)
+		return false, floor_u((full - debt - hw) / fw), retry, ceil_micros(wait + (debt + hw) / rate)
 	end
-	return true, floor_u((full - need) / fw), 0, ceil_micros(need / rate), now, 0, 0, need
+	return true, floor_u((full - need - hw) / fw), 0, ceil_micros(wait + (need + hw) / rate), now, until_, held, need
 end
 
 -- log_live returns the count of key ki's log entries still in the window
@@ -230,10 +256,12 @@ local function force(alg, req, w, capacity, ki, now, hits)
 		end
 		return start, cur + hits, prev, 0, false
 	elseif alg == BUCKET or alg == GCRA then
+		local level, held, until_
+		at, level, held, until_ = bucket_base(ki, now, w, req)
 		if now < at then
 			now = at
 		end
-		local debt = s_level[ki] - (now - at) * req
+		local debt = level - (now - at) * req
 		if debt < 0 then
 			debt = 0
 		end
@@ -241,7 +269,7 @@ local function force(alg, req, w, capacity, ki, now, hits)
 		if need > most then
 			need = most
 		end
-		return now, 0, 0, need, false
+		return now, until_, held, need, false
 	end
 	if now < at then
 		now = at

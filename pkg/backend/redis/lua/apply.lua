@@ -76,7 +76,11 @@ local function save(ki, injected)
 		elseif alg == FIXED then
 			v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_count[ki])
 		else
-			v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_level[ki])
+			if s_prev[ki] > 0 then
+				v = pack(F_STATE4, MAGIC + alg, s_at[ki], s_level[ki], s_prev[ki], s_count[ki])
+			else
+				v = pack(F_STATE2, MAGIC + alg, s_at[ki], s_level[ki])
+			end
 		end
 		if alg ~= BUCKET and alg ~= GCRA and w_count[ki] > 0 and s_count[ki] > 0 and w_at[ki] == s_at[ki] then
 			-- The key had a count in this same window, so its TTL was set

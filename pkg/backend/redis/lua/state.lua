@@ -47,7 +47,7 @@ end
 -- The binary layouts (see script.go): a request's header, an item, the
 -- states and a log's entries.
 local F_REQUEST, F_ITEM = "<di4", "<I4BBBI4dddd"
-local F_STATE2, F_STATE3, F_ENTRY1, F_ENTRY2 = "<Bdd", "<Bddd", "<d", "<dd"
+local F_STATE2, F_STATE3, F_STATE4, F_ENTRY1, F_ENTRY2 = "<Bdd", "<Bddd", "<Bdddd", "<d", "<dd"
 local K -- the KEYS of the call being run
 
 local function micros(us)
@@ -195,6 +195,10 @@ local function read(ki, alg)
 		end
 		_, s_at[ki], s_count[ki], s_prev[ki] = unpack_(F_STATE3, v)
 		s_level[ki] = 0
+	elseif n == 33 and (alg == BUCKET or alg == GCRA) then
+		-- A bucket with tokens held by lease chunks (lease.lua): held in
+		-- s_prev, until the instant in s_count.
+		_, s_at[ki], s_level[ki], s_prev[ki], s_count[ki] = unpack_(F_STATE4, v)
 	elseif n ~= 17 then
 		return false
 	elseif alg == FIXED then
