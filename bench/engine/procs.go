@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -32,13 +33,13 @@ func numCPU() int {
 	return bytes.Count(b, []byte("\nprocessor")) + 1
 }
 
+// freeAddr returns a loopback address no other pick takes for a minute.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testutil.PickPort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
 func start(o options, name, work, cfg string) (*system, error) {

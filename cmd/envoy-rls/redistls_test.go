@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 func TestRedisTLSFlagsFromEnvironment(t *testing.T) {
@@ -134,7 +135,7 @@ func TestStartupFailsOnBadTLSFile(t *testing.T) {
 	}
 	missing := filepath.Join(t.TempDir(), "ca.pem")
 	var stderr bytes.Buffer
-	code := run([]string{"serve", "--config", cfg, "--grpc-addr", freeAddr(t), "--http-addr", "", "--log-level", "error",
+	code := run([]string{"serve", "--config", cfg, "--grpc-addr", testutil.FreeAddr(t), "--http-addr", "", "--log-level", "error",
 		"--backend", "redis", "--redis-url", "rediss://127.0.0.1:1/0", "--redis-tls-ca-file", missing}, io.Discard, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "--redis-tls-ca-file") || !strings.Contains(stderr.String(), missing) {
 		t.Fatalf("exit %d, stderr %q; want 1 and a message naming --redis-tls-ca-file and the path", code, stderr.String())

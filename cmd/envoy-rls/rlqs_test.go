@@ -158,7 +158,7 @@ func TestServeRLQS(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("domain: q\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parseServe([]string{"--config", cfg, "--grpc-addr", freeAddr(t), "--http-addr", "", "--watch-config=false",
+	o, err := parseServe([]string{"--config", cfg, "--grpc-addr", testutil.FreeAddr(t), "--http-addr", "", "--watch-config=false",
 		"--shutdown-grace", "20s", "--log-level", "error", "--rlqs"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

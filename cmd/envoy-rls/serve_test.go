@@ -22,13 +22,6 @@ import (
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
-// freeAddr returns a loopback address for a server started within the next
-// minute, which no other test picks meanwhile (see testutil.FreePort).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return testutil.FreeAddr(t)
-}
-
 // On shutdown, GET /healthz must fail at once, while calls in flight are
 // still finishing, so that a load balancer stops sending traffic; and the
 // whole shutdown is bounded by one --shutdown-grace, not one per server.
@@ -37,7 +30,7 @@ func TestShutdownFailsHealthzDuringGraceAndIsBoundedByIt(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parseServe([]string{"--config", cfg, "--grpc-addr", freeAddr(t), "--http-addr", freeAddr(t),
+	o, err := parseServe([]string{"--config", cfg, "--grpc-addr", testutil.FreeAddr(t), "--http-addr", testutil.FreeAddr(t),
 		"--watch-config=false", "--shutdown-grace", "1s", "--log-level", "error"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -137,8 +130,8 @@ func TestHealthcheck(t *testing.T) {
 	var grpcAddr string
 	// run serves with args until /healthz answers want.
 	run := func(want int, args ...string) (string, string, func()) {
-		httpAddr, debugAddr := freeAddr(t), freeAddr(t)
-		grpcAddr = freeAddr(t)
+		httpAddr, debugAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
+		grpcAddr = testutil.FreeAddr(t)
 		o, err := parseServe(append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", debugAddr, "--log-level", "error"}, args...), io.Discard)
 		if err != nil {
 			t.Fatal(err)
@@ -167,7 +160,7 @@ func TestHealthcheck(t *testing.T) {
 	}
 	stop()
 	// Not ready without a config: /healthz says 503 too.
-	web, debug, stop = run(http.StatusServiceUnavailable, "--config-xds", freeAddr(t), "--force-start-without-initial-config", "--health-requires-config")
+	web, debug, stop = run(http.StatusServiceUnavailable, "--config-xds", testutil.FreeAddr(t), "--force-start-without-initial-config", "--health-requires-config")
 	defer stop()
 	if code, body := get(web + "/healthcheck"); code != http.StatusInternalServerError || body != "" {
 		t.Fatalf("/healthcheck without a config = %d %q, want 500 and no body", code, body)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/envoyrls/envoy-rls/internal/certreload"
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 func read(t *testing.T, path string) []byte {
@@ -80,7 +81,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	sd := &secretDir{dir: t.TempDir()}
 	sd.publish(t, map[string][]byte{"tls.crt": read(t, a.ServerCert), "tls.key": read(t, a.ServerKey), "ca.crt": caBundle})
 
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	srv, err := certreload.New(certreload.Options{
 		CertFile: filepath.Join(sd.dir, "tls.crt"), KeyFile: filepath.Join(sd.dir, "tls.key"),
 		ClientCAFile: filepath.Join(sd.dir, "ca.crt"), CheckInterval: 10 * time.Millisecond,
@@ -299,21 +300,4 @@ func leaf(t *testing.T, certFile string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return x
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.buf.Bytes()...)
 }

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,17 +38,26 @@ var handedOut struct {
 // be had.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
+	port, err := PickPort()
+	if err != nil {
+		tb.Fatalf("testutil: %v", err)
+	}
+	return port
+}
+
+// PickPort is FreePort for a program rather than a test (the conformance
+// replay, the bench engine): it returns the error instead.
+func PickPort() (int, error) {
 	for range 100 {
 		port, err := ReservePort(0)
 		if err != nil {
-			tb.Fatalf("testutil: free port: %v", err)
+			return 0, fmt.Errorf("free port: %w", err)
 		}
 		if claim(port) {
-			return port
+			return port, nil
 		}
 	}
-	tb.Fatal("testutil: no free port that was not handed out already")
-	return 0
+	return 0, errors.New("no free port that was not handed out already")
 }
 
 // FreeAddr is FreePort as "127.0.0.1:port".

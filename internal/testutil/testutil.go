@@ -1,9 +1,13 @@
-// Package testutil holds the helpers the tests of several packages share:
-// the one fake they use (a manual clock), a polling wait, and the instant
-// the timelines start from. It imports nothing of this module.
+// Package testutil holds the helpers the tests of this module share, and
+// the only copies of them: the one fake they use (a manual clock), polling
+// waits, the instant the timelines start from, free ports (ports.go), a
+// buffer safe for concurrent writers, and metric readers (metrics.go). It
+// imports nothing of this module.
 package testutil
 
 import (
+	"bytes"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,12 +44,20 @@ func (c *Clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // the failure.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	WaitEvery(t, time.Millisecond, timeout, what, cond)
+}
+
+// WaitEvery is WaitFor polling every interval: for a cond that asks another
+// process (an HTTP or gRPC call), which a millisecond's polling would keep
+// busy.
+func WaitEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
@@ -78,4 +90,32 @@ func hourEndWait(now time.Time) time.Duration {
 		return left + 10*time.Millisecond
 	}
 	return 0
+}
+
+// SyncBuffer is a bytes.Buffer that goroutines may write while a test
+// reads it (a log handler's output, a child process's stderr).
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Bytes returns a copy of what was written so far.
+func (b *SyncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/internal/schedprobe"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
@@ -56,7 +57,7 @@ func TestHungBackendIsBoundedByTheEarlierDeadline(t *testing.T) {
 		{"caller deadline first", 5 * time.Second, 80 * time.Millisecond, rls.FailOpen, `cause="the caller's deadline came first (Envoy's timeout, less a margin to answer)"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs testutil.SyncBuffer
 			svc := rls.New(store, cfg, rls.Options{BackendTimeout: tc.backendTimeout, FailureMode: tc.mode, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			ctx, cancel := context.WithTimeout(context.Background(), tc.callerDeadline)
 			defer cancel()

@@ -3,7 +3,6 @@ package rls_test
 import (
 	"context"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -15,11 +14,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
@@ -62,58 +59,13 @@ func TestMetricsDomainLabelIsBounded(t *testing.T) {
 	}
 }
 
-// scrape fetches /metrics over HTTP and parses it.
-func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+// scrape fetches /metrics over HTTP, so the families are read as a
+// scraper reads them.
+func scrape(t *testing.T, reg *prometheus.Registry) testutil.Metrics {
 	t.Helper()
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	return fams
-}
-
-// value returns the sample of family name whose labels are exactly labels
-// ("k=v" pairs), or -1 when there is none.
-func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	f := fams[name]
-	if f == nil {
-		return -1
-	}
-	for _, m := range f.Metric {
-		got := map[string]string{}
-		for _, l := range m.Label {
-			got[l.GetName()] = l.GetValue()
-		}
-		if len(got) != len(labels) {
-			continue
-		}
-		ok := true
-		for _, kv := range labels {
-			k, v, _ := strings.Cut(kv, "=")
-			ok = ok && got[k] == v
-		}
-		if !ok {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount())
-		}
-	}
-	return -1
+	return testutil.Scrape(t, srv.URL)
 }
 
 func TestMetricsAfterAScriptedSequence(t *testing.T) {
@@ -155,7 +107,7 @@ func TestMetricsAfterAScriptedSequence(t *testing.T) {
 		{"envoy_rls_rule_shadow_over_limit_total", "shadowed", 1},
 		{"envoy_rls_rule_over_limit_total", "shadowed", 0},
 	} {
-		if got := value(fams, c.name, "domain=obs", "rule="+c.rule); got != c.want {
+		if got := fams.Value(c.name, "domain=obs", "rule="+c.rule); got != c.want {
 			t.Errorf("%s{rule=%q} = %v, want %v", c.name, c.rule, got, c.want)
 		}
 	}
@@ -171,7 +123,7 @@ func TestMetricsAfterAScriptedSequence(t *testing.T) {
 		{"envoy_rls_backend_duration_seconds", nil, 7},
 		{"envoy_rls_requests_in_flight", nil, 0},
 	} {
-		if got := value(fams, c.name, c.labels...); got != c.want {
+		if got := fams.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
@@ -179,16 +131,16 @@ func TestMetricsAfterAScriptedSequence(t *testing.T) {
 	before := time.Now()
 	metrics.ConfigLoad(nil)
 	fams = scrape(t, reg)
-	if ok, ts := value(fams, "envoy_rls_config_last_load_success"), value(fams, "envoy_rls_config_last_success_timestamp_seconds"); ok != 1 || ts < float64(before.Unix()) {
+	if ok, ts := fams.Value("envoy_rls_config_last_load_success"), fams.Value("envoy_rls_config_last_success_timestamp_seconds"); ok != 1 || ts < float64(before.Unix()) {
 		t.Errorf("after success: ok %v, time %v", ok, ts)
 	}
 	metrics.ConfigWarnings(3)
-	if got := value(scrape(t, reg), "envoy_rls_config_warnings"); got != 3 {
+	if got := scrape(t, reg).Value("envoy_rls_config_warnings"); got != 3 {
 		t.Errorf("envoy_rls_config_warnings %v, want 3", got)
 	}
 	metrics.ConfigLoad(io.EOF)
 	fams = scrape(t, reg)
-	if ok, ts := value(fams, "envoy_rls_config_last_load_success"), value(fams, "envoy_rls_config_last_success_timestamp_seconds"); ok != 0 || ts < float64(before.Unix()) {
+	if ok, ts := fams.Value("envoy_rls_config_last_load_success"), fams.Value("envoy_rls_config_last_success_timestamp_seconds"); ok != 0 || ts < float64(before.Unix()) {
 		t.Errorf("after error: ok %v, time %v (the last good time stays)", ok, ts)
 	}
 }
@@ -198,7 +150,7 @@ func TestBackendErrorsByKind(t *testing.T) {
 	h := start(t, observeYAML, rls.Options{Metrics: rls.NewMetrics(reg)})
 	h.store.Close()
 	h.call(t, "obs", desc("user", "u"))
-	if got := value(scrape(t, reg), "envoy_rls_backend_errors_total", "kind=error"); got != 1 {
+	if got := scrape(t, reg).Value("envoy_rls_backend_errors_total", "kind=error"); got != 1 {
 		t.Errorf("backend errors = %v, want 1", got)
 	}
 }
@@ -235,20 +187,20 @@ func TestDetailedMetricSeriesStayUnderTheCap(t *testing.T) {
 	if total != n {
 		t.Errorf("hits counted %v, want %d: the overflow series must keep the count", total, n)
 	}
-	if got := value(fams, "envoy_rls_rule_hits_total", "domain=obs", "rule=__overflow__"); got != n-rls.MaxRuleSeries {
+	if got := fams.Value("envoy_rls_rule_hits_total", "domain=obs", "rule=__overflow__"); got != n-rls.MaxRuleSeries {
 		t.Errorf("overflow series = %v, want %d", got, n-rls.MaxRuleSeries)
 	}
-	if got := value(fams, "envoy_rls_metric_label_overflow_total", "metric=envoy_rls_rule"); got != n-rls.MaxRuleSeries {
+	if got := fams.Value("envoy_rls_metric_label_overflow_total", "metric=envoy_rls_rule"); got != n-rls.MaxRuleSeries {
 		t.Errorf("overflow counter = %v", got)
 	}
 	// The decisions' descriptor label holds the values too: capped alike.
 	if d := fams["envoy_rls_limit_decisions_total"]; d == nil || len(d.Metric) != rls.MaxRuleSeries+1 {
 		t.Errorf("decision series = %d, want %d (the cap) + 1 overflow", len(d.GetMetric()), rls.MaxRuleSeries)
 	}
-	if got := value(fams, "envoy_rls_metric_label_overflow_total", "metric=envoy_rls_limit_decisions"); got != n-rls.MaxRuleSeries {
+	if got := fams.Value("envoy_rls_metric_label_overflow_total", "metric=envoy_rls_limit_decisions"); got != n-rls.MaxRuleSeries {
 		t.Errorf("decision overflow counter = %v", got)
 	}
-	if got := value(fams, "envoy_rls_rule_hits_total", "domain=obs", "rule=client_c7"); got != 1 {
+	if got := fams.Value("envoy_rls_rule_hits_total", "domain=obs", "rule=client_c7"); got != 1 {
 		t.Errorf("an admitted value's series = %v", got)
 	}
 }
@@ -283,7 +235,7 @@ func TestMetricSeriesAcrossAReload(t *testing.T) {
 		{"envoy_rls_limit_decisions_total", []string{"domain=d", "descriptor=d.user", "result=over_limit"}, 1},
 		{"envoy_rls_limit_decisions_total", []string{"domain=d", "descriptor=d.user", "result=shadow_over_limit"}, -1},
 	} {
-		if got := value(fams, c.name, c.labels...); got != c.want {
+		if got := fams.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v (-1: no series)", c.name, c.labels, got, c.want)
 		}
 	}

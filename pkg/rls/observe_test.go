@@ -188,7 +188,7 @@ func TestObserversRunOffTheDecisionPath(t *testing.T) {
 	if got := h.svc.ObserverDropped(); float64(got) != want {
 		t.Errorf("dropped %d, want %v (%d of the slow observer's, %d of the fast one's)", got, want, calls-5, calls-len(events))
 	}
-	if got := value(scrape(t, reg), "envoy_rls_observer_events_dropped_total"); got != want {
+	if got := scrape(t, reg).Value("envoy_rls_observer_events_dropped_total"); got != want {
 		t.Errorf("dropped metric %v, want %v", got, want)
 	}
 	// What the fast observer got is complete and in order.

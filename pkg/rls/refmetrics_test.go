@@ -9,8 +9,9 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -67,21 +68,21 @@ func TestReferenceMetrics(t *testing.T) {
 		{"ratelimit_service_rate_limit_shadow_mode", []string{"default/eg", "shadow", ""}, 2},
 		{"ratelimit_service_rate_limit_within_limit", []string{"default/eg", "ip_192_168_1_2", ""}, 1},
 	} {
-		if got := counterValue(t, reg, c.name, c.labels); got != c.want {
+		if got := refCount(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if got := counterVec(t, reg, "ratelimit_service_config_load_success", "", ""); got != 1 {
+	if got := testutil.Gather(t, reg).Count("ratelimit_service_config_load_success"); got != 1 {
 		t.Errorf("config_load_success = %v", got)
 	}
-	text, err := testutil.GatherAndCount(reg, "ratelimit_service_total_requests", "ratelimit_service_response_time_seconds", "ratelimit_service_should_rate_limit_error")
+	text, err := promtest.GatherAndCount(reg, "ratelimit_service_total_requests", "ratelimit_service_response_time_seconds", "ratelimit_service_should_rate_limit_error")
 	if err != nil || text != 3 {
 		t.Errorf("request series: %d, %v", text, err)
 	}
-	if got := counterVec(t, reg, "ratelimit_service_total_requests", "grpc_method", "ShouldRateLimit"); got != 10 {
+	if got := testutil.Gather(t, reg).Count("ratelimit_service_total_requests", "grpc_method=ShouldRateLimit"); got != 10 {
 		t.Errorf("total_requests = %v, want 10", got)
 	}
-	if got := counterVec(t, reg, "ratelimit_service_should_rate_limit_error", "err_type", "service_error"); got != 1 {
+	if got := testutil.Gather(t, reg).Count("ratelimit_service_should_rate_limit_error", "err_type=service_error"); got != 1 {
 		t.Errorf("service_error = %v, want 1", got)
 	}
 }
@@ -95,62 +96,21 @@ func TestReferenceMetricsBounded(t *testing.T) {
 	for i := 0; i < rls.MaxReferenceKeys+50; i++ {
 		h.call(t, "default/eg", desc("ip", strings.Repeat("v", 1+i%7)+string(rune('a'+i%26))+strconv.Itoa(i)))
 	}
-	n, err := testutil.GatherAndCount(reg, "ratelimit_service_rate_limit_total_hits")
+	n, err := promtest.GatherAndCount(reg, "ratelimit_service_rate_limit_total_hits")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n > rls.MaxReferenceKeys+1 {
 		t.Fatalf("%d total_hits series, want at most %d", n, rls.MaxReferenceKeys+1)
 	}
-	if got := counterValue(t, reg, "ratelimit_service_rate_limit_total_hits", []string{"default/eg", "__overflow__", ""}); got < 50 {
+	if got := refCount(t, reg, "ratelimit_service_rate_limit_total_hits", []string{"default/eg", "__overflow__", ""}); got < 50 {
 		t.Fatalf("overflow series counted %v hits, want at least 50", got)
 	}
 }
 
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels []string) float64 {
+// refCount reads a reference counter by its domain, key1 and key2 (0 when
+// the series was never made).
+func refCount(t *testing.T, reg *prometheus.Registry, name string, keys []string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, mt := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range mt.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for i, n := range []string{"domain", "key1", "key2"} {
-				if got[n] != labels[i] {
-					continue metrics
-				}
-			}
-			return mt.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
-func counterVec(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mt := range mf.GetMetric() {
-			if label == "" {
-				return mt.GetCounter().GetValue()
-			}
-			for _, l := range mt.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return mt.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return testutil.Gather(t, reg).Count(name, "domain="+keys[0], "key1="+keys[1], "key2="+keys[2])
 }

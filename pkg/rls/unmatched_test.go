@@ -1,10 +1,8 @@
 package rls_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -12,57 +10,16 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
-
-// syncBuffer is a bytes.Buffer safe for the gRPC server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// counterValues returns the values of a counter family by its label values
-// joined with ",".
-func counterValues(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetValue())
-			}
-			out[strings.Join(labels, ",")] = m.GetCounter().GetValue()
-		}
-	}
-	return out
-}
 
 // TestUnknownDomainAndUnmatchedAreCountedAndLogged: requests for a domain
 // the config lacks, and descriptors that match no rule, are allowed, counted
 // and logged at debug level (the first of each in a second).
 func TestUnknownDomainAndUnmatchedAreCountedAndLogged(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := start(t, basicYAML, rls.Options{Metrics: rls.NewMetrics(reg), Logger: log})
 	for i := 0; i < 3; i++ {
@@ -77,10 +34,10 @@ func TestUnknownDomainAndUnmatchedAreCountedAndLogged(t *testing.T) {
 	if r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[1].CurrentLimit != nil {
 		t.Fatalf("unmatched descriptor: %v", r)
 	}
-	if got := counterValues(t, reg, "envoy_rls_unknown_domain_requests_total"); got[""] != 3 {
+	if got := testutil.Gather(t, reg).ByLabelValues("envoy_rls_unknown_domain_requests_total"); got[""] != 3 {
 		t.Errorf("envoy_rls_unknown_domain_requests_total %v, want 3", got)
 	}
-	if got := counterValues(t, reg, "envoy_rls_unmatched_descriptors_total"); len(got) != 1 || got["d"] != 1 {
+	if got := testutil.Gather(t, reg).ByLabelValues("envoy_rls_unmatched_descriptors_total"); len(got) != 1 || got["d"] != 1 {
 		t.Errorf("envoy_rls_unmatched_descriptors_total %v, want {d: 1}", got)
 	}
 	l := logs.String()
@@ -91,7 +48,7 @@ func TestUnknownDomainAndUnmatchedAreCountedAndLogged(t *testing.T) {
 		t.Errorf("%d unmatched lines, want 1:\n%s", n, l)
 	}
 	// The domain is bounded in the log line.
-	var logs2 syncBuffer
+	var logs2 testutil.SyncBuffer
 	h2 := start(t, basicYAML, rls.Options{Logger: slog.New(slog.NewTextHandler(&logs2, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	h2.call(t, strings.Repeat("z", rls.MaxFieldBytes), desc("user", "a"))
 	if l := logs2.String(); !strings.Contains(l, "domain="+strings.Repeat("z", 128)+"…") || strings.Contains(l, strings.Repeat("z", 129)) {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/internal/tracing"
 	"github.com/envoyrls/envoy-rls/internal/tracing/otlptest"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
@@ -96,7 +97,7 @@ func TestInvalidUTF8IsDecidedOnItsBytes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := rls.NewMetrics(reg)
 	m.EnableReference(reg, 0.8)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := otlptest.Start(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.Endpoint())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -76,17 +77,8 @@ func (s *server) reload(yaml string) error {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func startRedis(dir string) (*exec.Cmd, int, error) {
-	port, err := freePort()
+	port, err := testutil.PickPort()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -134,7 +126,7 @@ func startReference(bin string, sc *scenario, dir string) (*server, error) {
 	}
 	var ports [3]int
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = testutil.PickPort(); err != nil {
 			s.stop()
 			return nil, err
 		}
@@ -173,11 +165,11 @@ func startRLS(bin, backend string, sc *scenario, dir string) (*server, error) {
 	if err := os.WriteFile(s.config, []byte(sc.config), 0o644); err != nil {
 		return nil, err
 	}
-	gport, err := freePort()
+	gport, err := testutil.PickPort()
 	if err != nil {
 		return nil, err
 	}
-	hport, err := freePort()
+	hport, err := testutil.PickPort()
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -16,26 +15,24 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/envoyrls/envoy-rls/internal/schedprobe"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
-// metricValue reads one unlabelled sample of /metrics.
-func metricValue(t *testing.T, p *proc, name string) float64 {
+// metricValue reads the sample of name with exactly labels ("k=v") from
+// p's /metrics, failing the test when there is none.
+func metricValue(t *testing.T, p *proc, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := httpClient.Get(p.httpURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		t.Fatalf("no %s in /metrics", name)
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	if err != nil {
-		t.Fatal(err)
+	v := testutil.Scrape(t, p.httpURL+"/metrics").Value(name, labels...)
+	if v < 0 {
+		t.Fatalf("no %s%v in /metrics", name, labels)
 	}
 	return v
+}
+
+// metricCount is metricValue with a series not made yet read as 0.
+func metricCount(t *testing.T, p *proc, name string, labels ...string) float64 {
+	t.Helper()
+	return testutil.Scrape(t, p.httpURL+"/metrics").Count(name, labels...)
 }
 
 // TestStreamFloodOnOneConnection opens 50,000 gRPC streams on one HTTP/2

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 func readFile(t *testing.T, path string) []byte {
@@ -112,11 +113,11 @@ func TestGRPCCertificateRotationUnderLoad(t *testing.T) {
 	}
 	waitCalls := func(n int64) {
 		target := calls.Load() + n
-		waitFor(t, 60*time.Second, "calls", func() bool { return calls.Load() >= target })
+		testutil.WaitEvery(t, procPoll, 60*time.Second, "calls", func() bool { return calls.Load() >= target })
 	}
 	waitCalls(100)
 	secret.publish(t, map[string]string{"tls.crt": string(readFile(t, b.ServerCert)), "tls.key": string(readFile(t, b.ServerKey))})
-	waitFor(t, 60*time.Second, "a handshake with the new certificate", sawNew.Load)
+	testutil.WaitEvery(t, procPoll, 60*time.Second, "a handshake with the new certificate", sawNew.Load)
 	waitCalls(100)
 	close(stop)
 	wg.Wait()

@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // compositeYAML has two composite limits ("A AND B" on one descriptor):
@@ -53,7 +54,7 @@ func TestOverloadCompositeWithEnvoyDeadlines(t *testing.T) {
 			func(c, i int) *rlsv3.RateLimitRequest {
 				return &rlsv3.RateLimitRequest{Domain: "composite", Descriptors: []*commonv3.RateLimitDescriptor{descriptor(key, "attacker")}}
 			})
-		waitFor(t, 60*time.Second, fmt.Sprintf("%d calls", calls), func() bool {
+		testutil.WaitEvery(t, procPoll, 60*time.Second, fmt.Sprintf("%d calls", calls), func() bool {
 			return ld.count(time.Time{}, func(sample) bool { return true }) >= calls
 		})
 		ld.stop()
@@ -81,7 +82,7 @@ func TestOverloadCompositeWithEnvoyDeadlines(t *testing.T) {
 	// for (every call of this domain so far is this run's).
 	served := int64(0)
 	for _, p := range procs {
-		served += int64(labelled(t, p, `envoy_rls_requests_total\{code="ok",domain="composite"\}`))
+		served += int64(metricCount(t, p, "envoy_rls_requests_total", "code=ok", "domain=composite"))
 	}
 	t.Logf("100/min AND 5/s: %d OK received, %d answered OK, %d failed at the client over %v; the composite admits %d, the bound is %d", ok, served, errs, end.Sub(start).Round(time.Millisecond), admits, (1+n)*admits)
 	if served > (1+n)*admits || int64(ok) > served {
@@ -105,7 +106,7 @@ func TestOverloadCompositeWithEnvoyDeadlines(t *testing.T) {
 		t.Errorf("40/day AND 100/hour: Redis counted %d, fewer than the %d OK and %v charged late", got, ok, d.late)
 	}
 	for i, p := range procs {
-		if v := labelled(t, p, `envoy_rls_requests_total\{code="failed_open",domain="composite"\}`); v != 0 {
+		if v := metricCount(t, p, "envoy_rls_requests_total", "code=failed_open", "domain=composite"); v != 0 {
 			t.Errorf("instance %d failed open %v times", i, v)
 		}
 	}

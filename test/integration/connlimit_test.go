@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/envoyrls/envoy-rls/internal/schedprobe"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // rawH2 is a raw HTTP/2 client connection to the gRPC port: preface and
@@ -178,7 +179,7 @@ func TestConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	for range extra {
 		conns = append(conns, dialRawH2(t, p.grpcAddr))
 	}
-	waitFor(t, 30*time.Second, "the connections beyond the limit to be closed", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the connections beyond the limit to be closed", func() bool {
 		n := 0
 		for _, c := range conns {
 			if c.isClosed() {
@@ -211,7 +212,7 @@ func TestConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, 30*time.Second, "the gauge to drop", func() bool { return metricValue(t, p, "envoy_rls_grpc_connections") == limit-1 })
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the gauge to drop", func() bool { return metricValue(t, p, "envoy_rls_grpc_connections") == limit-1 })
 	if c := dialRawH2(t, p.grpcAddr); func() bool {
 		select {
 		case <-c.closed:
@@ -337,7 +338,7 @@ func TestHTTPConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	}
 	var refused float64
 	failed := 0 // scrapes refused while the server had not yet seen the closes
-	waitFor(t, 30*time.Second, "the HTTP port to answer again", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the HTTP port to answer again", func() bool {
 		resp, err := httpClient.Get(p.httpURL + "/metrics")
 		if err != nil {
 			failed++

@@ -29,6 +29,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/internal/xdstest"
 )
 
@@ -178,14 +179,14 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 	rdb := redistest.StartStandalone(t)
 
 	clearOfHourEnd(t)
-	grpcPort, httpPort, debugPort, promPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	grpcPort, httpPort, debugPort, promPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	env := egEnvironment(pki, cp.Addr, rdb.Addr(), grpcPort, httpPort, debugPort, promPort)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary) // no arguments, as /bin/ratelimit
 	p.cmd.Env = env
 	p.cmd.Dir = pki.dir
 	startProc(t, p)
-	waitFor(t, 30*time.Second, "/healthcheck 200", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "/healthcheck 200", func() bool {
 		code, body := httpGetCode(p.httpURL + "/healthcheck")
 		return code == 200 && body == "OK"
 	})
@@ -210,7 +211,7 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 		}
 		return resp.OverallCode, nil
 	}
-	waitFor(t, 30*time.Second, "the first config over xDS", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the first config over xDS", func() bool {
 		_, err := codeOf(egRequest("probe", "x", "y", "z"))
 		return err == nil
 	})
@@ -252,7 +253,7 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 	// An updated snapshot applies; the unchanged limit keeps its counters.
 	v2 := cp.Set(t, egRateLimitConfig(domain, rule, 3), egRateLimitConfig("default/other", rule, 1))
 	cp.WaitRequest(t, "ACK of version "+v2, xdstest.ACKed(v2))
-	waitFor(t, 10*time.Second, "the second domain", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "the second domain", func() bool {
 		_, rl := httpGetCode(fmt.Sprintf("http://127.0.0.1:%d/rlconfig", debugPort))
 		return strings.Contains(rl, "default/other.")
 	})
@@ -295,11 +296,11 @@ func TestEnvoyGatewayEndToEnd(t *testing.T) {
 	}
 	waitCalls := func(n int64) {
 		target := calls.Load() + n
-		waitFor(t, 30*time.Second, "calls", func() bool { return calls.Load() >= target })
+		testutil.WaitEvery(t, procPoll, 30*time.Second, "calls", func() bool { return calls.Load() >= target })
 	}
 	waitCalls(20)
 	cp.Stop()
-	waitFor(t, 10*time.Second, "the lost control plane in the log", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "the lost control plane in the log", func() bool {
 		return strings.Contains(p.Logs(), "xDS stream to the control plane ended")
 	})
 	waitCalls(50)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // The failure-mode matrix: N instances with one failure mode share one
@@ -76,20 +77,20 @@ type fmStats struct {
 func (e *fmEnv) stats() fmStats {
 	var s fmStats
 	for _, p := range e.procs {
-		r := labelled(e.t, p, `envoy_rls_redis_decisions_total\{path="redis"\}`)
-		d := labelled(e.t, p, `envoy_rls_redis_decisions_total\{path="local_fallback"\}`) +
-			labelled(e.t, p, `envoy_rls_redis_decisions_total\{path="failed"\}`)
+		r := metricCount(e.t, p, "envoy_rls_redis_decisions_total", "path=redis")
+		d := metricCount(e.t, p, "envoy_rls_redis_decisions_total", "path=local_fallback") +
+			metricCount(e.t, p, "envoy_rls_redis_decisions_total", "path=failed")
 		s.redis += r
 		s.degraded += d
 		s.perRedis = append(s.perRedis, r)
 		s.perDegraded = append(s.perDegraded, d)
-		s.late += labelled(e.t, p, `envoy_rls_redis_late_charged_total`)
-		s.lateUnsure += labelled(e.t, p, `envoy_rls_redis_late_unsure_total`)
-		s.retried += labelled(e.t, p, `envoy_rls_redis_write_back_retried_total`)
-		s.unsure += labelled(e.t, p, `envoy_rls_redis_write_back_unsure_total`)
-		s.written += labelled(e.t, p, `envoy_rls_redis_write_back_hits_total`)
-		s.overLimit += labelled(e.t, p, `envoy_rls_redis_write_back_over_limit_total`)
-		s.pend += labelled(e.t, p, `envoy_rls_redis_write_back_pending`)
+		s.late += metricCount(e.t, p, "envoy_rls_redis_late_charged_total")
+		s.lateUnsure += metricCount(e.t, p, "envoy_rls_redis_late_unsure_total")
+		s.retried += metricCount(e.t, p, "envoy_rls_redis_write_back_retried_total")
+		s.unsure += metricCount(e.t, p, "envoy_rls_redis_write_back_unsure_total")
+		s.written += metricCount(e.t, p, "envoy_rls_redis_write_back_hits_total")
+		s.overLimit += metricCount(e.t, p, "envoy_rls_redis_write_back_over_limit_total")
+		s.pend += metricCount(e.t, p, "envoy_rls_redis_write_back_pending")
 	}
 	return s
 }
@@ -108,7 +109,7 @@ func (e *fmEnv) settle() fmStats {
 	e.t.Helper()
 	var last fmStats
 	first := true
-	waitFor(e.t, 60*time.Second, "write-backs and late replies settle", func() bool {
+	testutil.WaitEvery(e.t, procPoll, 60*time.Second, "write-backs and late replies settle", func() bool {
 		s := e.stats()
 		same := !first && s.pend == 0 && s.late == last.late && s.lateUnsure == last.lateUnsure && s.written == last.written && s.retried == last.retried && s.unsure == last.unsure
 		last, first = s, false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestFailureModes(t *testing.T) {
 func fmOverload(e *fmEnv, value string) fmCell {
 	base := e.stats()
 	ld := e.load(value, 120, 20*time.Millisecond)
-	waitFor(e.t, 60*time.Second, "four times the limit asked for", func() bool {
+	testutil.WaitEvery(e.t, procPoll, 60*time.Second, "four times the limit asked for", func() bool {
 		return ld.count(time.Time{}, func(sample) bool { return true }) >= 4*fmL
 	})
 	ld.stop()
@@ -130,7 +131,7 @@ func fmKilled(e *fmEnv, value string) fmCell {
 // waitAnswered waits until n calls sent at or after from have ended.
 func (e *fmEnv) waitAnswered(ld *load, from time.Time, n int) {
 	e.t.Helper()
-	waitFor(e.t, 60*time.Second, fmt.Sprintf("%d calls answered", n), func() bool {
+	testutil.WaitEvery(e.t, procPoll, 60*time.Second, fmt.Sprintf("%d calls answered", n), func() bool {
 		return ld.count(from, func(sample) bool { return true }) >= n
 	})
 }
@@ -178,14 +179,14 @@ var probeSeq atomic.Int64
 func (e *fmEnv) waitRedis() {
 	e.t.Helper()
 	for i, p := range e.procs {
-		waitFor(e.t, 60*time.Second, fmt.Sprintf("instance %d deciding by Redis again", i), func() bool {
-			before := labelled(e.t, p, `envoy_rls_redis_decisions_total\{path="redis"\}`)
+		testutil.WaitEvery(e.t, procPoll, 60*time.Second, fmt.Sprintf("instance %d deciding by Redis again", i), func() bool {
+			before := metricCount(e.t, p, "envoy_rls_redis_decisions_total", "path=redis")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_, err := p.client().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
 				Domain: "fm", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("k", fmt.Sprintf("probe-%d", probeSeq.Add(1)))},
 			})
-			return err == nil && labelled(e.t, p, `envoy_rls_redis_decisions_total\{path="redis"\}`) > before
+			return err == nil && metricCount(e.t, p, "envoy_rls_redis_decisions_total", "path=redis") > before
 		})
 	}
 }

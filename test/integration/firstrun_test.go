@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // runBinary runs envoy-rls with args and extra environment, and returns
@@ -182,7 +183,7 @@ func TestRedisURLSelectsRedis(t *testing.T) {
 		t.Fatalf("two instances on --redis-url %s allowed %d of 80, want exactly 40 (one shared counter)", srv.Addr(), n)
 	}
 	for _, p := range []*proc{a, b} {
-		waitFor(t, 10*time.Second, "serving line", func() bool { return strings.Contains(p.Logs(), `msg="envoy-rls serving"`) })
+		testutil.WaitEvery(t, procPoll, 10*time.Second, "serving line", func() bool { return strings.Contains(p.Logs(), `msg="envoy-rls serving"`) })
 		if !strings.Contains(p.Logs(), " backend=redis ") {
 			t.Errorf("start-up line does not say backend=redis:\n%s", p.Logs())
 		}
@@ -222,7 +223,7 @@ func TestHealthWaitsForRedis(t *testing.T) {
 	// The first check runs at start-up: poll until its answer is in.
 	var code int
 	var body string
-	waitFor(t, 10*time.Second, "/healthz naming the cause", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "/healthz naming the cause", func() bool {
 		resp, err := httpClient.Get(p.httpURL + "/healthz")
 		if err != nil {
 			t.Fatal(err)
@@ -240,11 +241,11 @@ func TestHealthWaitsForRedis(t *testing.T) {
 	if err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("gRPC health while Redis was never reachable: %v %v", h, err)
 	}
-	waitFor(t, 10*time.Second, "log line saying Redis is not reachable", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "log line saying Redis is not reachable", func() bool {
 		return strings.Contains(p.Logs(), `msg="redis not reachable yet; /healthz and gRPC health answer not serving until it is"`)
 	})
 	srv.Restart()
-	waitFor(t, 15*time.Second, "/healthz 200 once Redis is up", func() bool {
+	testutil.WaitEvery(t, procPoll, 15*time.Second, "/healthz 200 once Redis is up", func() bool {
 		resp, err := httpClient.Get(p.httpURL + "/healthz")
 		if err != nil {
 			return false
@@ -288,7 +289,7 @@ func testBackendFailureSummaries(t *testing.T, mode string) {
 	call()
 	srv.Stop()
 	summaries := regexp.MustCompile(`msg="rate limit backend still failing" failures=\d+ succeeded=\d+ in_last=300ms causes="[^"]*(connection refused|timed out)`)
-	waitFor(t, 20*time.Second, "two failure summaries", func() bool {
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "two failure summaries", func() bool {
 		call()
 		return len(summaries.FindAllString(p.Logs(), -1)) >= 2
 	})
@@ -296,7 +297,7 @@ func testBackendFailureSummaries(t *testing.T, mode string) {
 		t.Fatalf("no first failure line:\n%s", p.Logs())
 	}
 	srv.Restart()
-	waitFor(t, 20*time.Second, "recovery line", func() bool {
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "recovery line", func() bool {
 		call()
 		return strings.Contains(p.Logs(), `msg="rate limit backend recovered" failures=`)
 	})
@@ -324,7 +325,7 @@ func TestUnknownDomainAndUnmatchedDescriptor(t *testing.T) {
 			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
 		}
 	}
-	waitFor(t, 10*time.Second, "debug lines", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "debug lines", func() bool {
 		l := p.Logs()
 		return strings.Contains(l, `level=DEBUG msg="unknown domain: allowed without limits" domain=exampel`) &&
 			strings.Contains(l, `level=DEBUG msg="descriptor matches no rule: allowed without limit" domain=example descriptor="no_such_key=v"`)

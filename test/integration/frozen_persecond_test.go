@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // frozenPerSecondYAML: one descriptor with a per-second and an hour limit,
@@ -57,7 +58,7 @@ func TestPerSecondRedisFrozenNeverUnavailable(t *testing.T) {
 				})
 			frozen.srv.Pause()
 			start := time.Now()
-			waitFor(t, 60*time.Second, "100 calls answered while frozen", func() bool {
+			testutil.WaitEvery(t, procPoll, 60*time.Second, "100 calls answered while frozen", func() bool {
 				return ld.count(start, func(sample) bool { return true }) >= 100
 			})
 			frozen.srv.Resume()
@@ -83,7 +84,7 @@ func TestPerSecondRedisFrozenNeverUnavailable(t *testing.T) {
 			// Every OK is in the hour counter (calls that timed out at the
 			// client may have been allowed and counted too).
 			pattern := fmt.Sprintf("*%d:%s*", len(value), value)
-			waitFor(t, 30*time.Second, "every OK counted on the main Redis", func() bool {
+			testutil.WaitEvery(t, procPoll, 30*time.Second, "every OK counted on the main Redis", func() bool {
 				return fixedCount(t, mainSrv.Client(), pattern) >= int64(ok)
 			})
 		})
@@ -129,7 +130,7 @@ func TestShutdownWritesBackPendingHits(t *testing.T) {
 		defer srv.Resume()
 		ok := call(p, "resumed")
 		p.cmd.Process.Signal(syscall.SIGTERM)
-		waitFor(t, 10*time.Second, "the write-backs at close", func() bool {
+		testutil.WaitEvery(t, procPoll, 10*time.Second, "the write-backs at close", func() bool {
 			return strings.Contains(p.Logs(), "writing back the hits allowed while Redis was away")
 		})
 		srv.Resume()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // configMapDir lays out dir as the kubelet mounts a ConfigMap: each key a
@@ -92,14 +93,14 @@ func startReference(t *testing.T, env []string) (*proc, string) {
 func startReferenceHealth(t *testing.T, health int, env []string) (*proc, string) {
 	t.Helper()
 	clearOfHourEnd(t)
-	grpcPort, httpPort, debugPort := freePort(t), freePort(t), freePort(t)
+	grpcPort, httpPort, debugPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"),
 		"HOST=127.0.0.1", fmt.Sprintf("PORT=%d", httpPort), "GRPC_HOST=127.0.0.1", fmt.Sprintf("GRPC_PORT=%d", grpcPort),
 		"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", debugPort)}, env...)
 	startProc(t, p)
-	waitFor(t, 30*time.Second, fmt.Sprintf("/healthcheck %d", health), func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, fmt.Sprintf("/healthcheck %d", health), func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("envoy-rls exited:\n%s", p.Logs())
@@ -148,7 +149,7 @@ func TestIstioSample(t *testing.T) {
 	p.expectCodes(t, "ratelimit", []string{"PATH", "/reviews"}, ok, ok, ok)
 
 	cm.publish(t, map[string]string{"config.yaml": istioConfigV2})
-	waitFor(t, 30*time.Second, "the ConfigMap update in /rlconfig", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the ConfigMap update in /rlconfig", func() bool {
 		_, body := httpGetCode(debugURL + "/rlconfig")
 		return strings.Contains(body, "ratelimit.PATH_/reviews: unit=HOUR requests_per_unit=2")
 	})
@@ -190,13 +191,13 @@ func TestRuntimeWatchRoot(t *testing.T) {
 	if err := os.Rename(tmp, root); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the root swap in /rlconfig", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the root swap in /rlconfig", func() bool {
 		_, body := httpGetCode(debugURL + "/rlconfig")
 		return strings.Contains(body, "ratelimit.PATH_/reviews: unit=HOUR requests_per_unit=2")
 	})
 	// A later edit inside the new tree reloads too.
 	writeFile(t, filepath.Join(base, "v2", "ratelimit", "config", "config.yaml"), strings.Replace(istioConfigV2, "requests_per_unit: 2", "requests_per_unit: 7", 1))
-	waitFor(t, 30*time.Second, "the edit in the new tree in /rlconfig", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the edit in the new tree in /rlconfig", func() bool {
 		_, body := httpGetCode(debugURL + "/rlconfig")
 		return strings.Contains(body, "ratelimit.PATH_/reviews: unit=HOUR requests_per_unit=7")
 	})

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // leaseYAML: one limit of 300 an hour, consistency lease.
@@ -140,11 +141,11 @@ func TestLeaseRedisFrozen(t *testing.T) {
 		close(done)
 	}()
 	// Freeze once chunks are out (a third of the limit used), for a second.
-	waitFor(t, 20*time.Second, "a third of the limit used", func() bool { return redisCount(t, srv) >= 100 })
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "a third of the limit used", func() bool { return redisCount(t, srv) >= 100 })
 	srv.Pause()
 	time.Sleep(time.Second) // the outage itself, not a wait for a condition
 	srv.Resume()
-	waitFor(t, 30*time.Second, "the limit used up", func() bool { return redisCount(t, srv) >= 300 })
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the limit used up", func() bool { return redisCount(t, srv) >= 300 })
 	close(stop)
 	<-done
 	if ok > 300 {
@@ -184,7 +185,7 @@ descriptors:
 	chunks := func() float64 {
 		var n float64
 		for _, p := range procs {
-			n += metricValue(t, p, `envoy_rls_redis_decisions_total{path="chunk"}`)
+			n += metricValue(t, p, "envoy_rls_redis_decisions_total", "path=chunk")
 		}
 		return n
 	}
@@ -222,15 +223,15 @@ descriptors:
 		close(stop)
 		wg.Wait()
 	}()
-	waitFor(t, 20*time.Second, "chunk decisions", func() bool { return chunks() > 100 })
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "chunk decisions", func() bool { return chunks() > 100 })
 	phase.Store(1)
 	srv.Stop()
 	down := chunks()
-	waitFor(t, 20*time.Second, "calls answered while Redis is down", func() bool { return ok[1].Load() > 0 || chunks() > down })
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "calls answered while Redis is down", func() bool { return ok[1].Load() > 0 || chunks() > down })
 	srv.Restart()
 	phase.Store(2)
 	back := chunks()
-	waitFor(t, 30*time.Second, "chunks again after the restart", func() bool { return chunks() > back+100 })
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "chunks again after the restart", func() bool { return chunks() > back+100 })
 	close(stop)
 	wg.Wait()
 	stop = make(chan struct{})

@@ -36,6 +36,10 @@ var buildRace = flag.Bool("build-race", true, "build envoy-rls with -race")
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
+// procPoll is how often a wait asks a process (over HTTP or gRPC) whether
+// its condition holds.
+const procPoll = 20 * time.Millisecond
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
@@ -63,13 +67,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// freePort returns a loopback port for a server started within the next
-// minute, which no other test picks meanwhile (see testutil.FreePort).
-func freePort(t *testing.T) int {
-	t.Helper()
-	return testutil.FreePort(t)
 }
 
 // proc is a running envoy-rls.
@@ -125,8 +122,8 @@ func clearOfHourEnd(t *testing.T) {
 func startBinary(t *testing.T, bin string, health int, env []string, args ...string) *proc {
 	t.Helper()
 	clearOfHourEnd(t)
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	p := &proc{grpcAddr: grpcAddr, httpURL: "http://" + httpAddr, exited: make(chan struct{})}
 	full := append([]string{"serve", "--grpc-addr", grpcAddr, "--http-addr", httpAddr}, args...)
 	p.cmd = exec.Command(bin, full...)
@@ -156,7 +153,7 @@ func startBinary(t *testing.T, bin string, health int, env []string, args ...str
 			t.Logf("envoy-rls log:\n%s", p.Logs())
 		}
 	})
-	waitFor(t, 20*time.Second, fmt.Sprintf("envoy-rls /healthz %d", health), func() bool {
+	testutil.WaitEvery(t, procPoll, 20*time.Second, fmt.Sprintf("envoy-rls /healthz %d", health), func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("envoy-rls exited early:\n%s", p.Logs())
@@ -189,18 +186,6 @@ func (p *proc) stop(t *testing.T) int {
 	case <-time.After(15 * time.Second):
 		t.Fatal("envoy-rls did not exit within 15s of SIGTERM")
 		return -1
-	}
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

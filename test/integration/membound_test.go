@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
@@ -98,7 +99,7 @@ func procStatusKB(t *testing.T, p *proc, field string) uint64 {
 func waitRSSSettled(t *testing.T, p *proc) {
 	t.Helper()
 	last, still := procStatusKB(t, p, "VmRSS"), 0
-	waitFor(t, 30*time.Second, "RSS to settle", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "RSS to settle", func() bool {
 		now := procStatusKB(t, p, "VmRSS")
 		if now == last {
 			still++

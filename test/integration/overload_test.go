@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // overloadL is the limit of every algorithm in overloadYAML: per day, so
@@ -91,21 +92,6 @@ func counted(t *testing.T, p *proc, key, value string) int64 {
 	return overloadL - int64(r.Statuses[0].LimitRemaining)
 }
 
-// labelled reads a sample of /metrics whose labels match re.
-func labelled(t *testing.T, p *proc, re string) float64 {
-	t.Helper()
-	body, err := httpGet(p.httpURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^` + re + ` (\S+)$`).FindStringSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	return v
-}
-
 func connectionsReceived(t *testing.T, srv *redistest.Server) int {
 	t.Helper()
 	s, err := srv.Client().Info(context.Background(), "stats").Result()
@@ -156,10 +142,10 @@ func TestOverloadWithCallerDeadlines(t *testing.T) {
 		}
 	}
 	for i, p := range procs {
-		if v := labelled(t, p, `envoy_rls_requests_total\{code="failed_open",domain="exact"\}`); v != 0 {
+		if v := metricCount(t, p, "envoy_rls_requests_total", "code=failed_open", "domain=exact"); v != 0 {
 			t.Errorf("instance %d failed open %v times", i, v)
 		}
-		if v := labelled(t, p, `envoy_rls_redis_decisions_total\{path="local_fallback"\}`); v != 0 {
+		if v := metricCount(t, p, "envoy_rls_redis_decisions_total", "path=local_fallback"); v != 0 {
 			t.Errorf("instance %d decided %v calls on its fallback", i, v)
 		}
 	}
@@ -186,9 +172,9 @@ func TestOverloadWithEnvoyDeadlines(t *testing.T) {
 	for _, key := range algorithmKeys {
 		r := overloadBurst(procs, 120, 4*overloadL, 20*time.Millisecond, key, "envoy")
 		// Wait for the write-backs, then read the count.
-		waitFor(t, 20*time.Second, "write-backs sent", func() bool {
+		testutil.WaitEvery(t, procPoll, 20*time.Second, "write-backs sent", func() bool {
 			for _, p := range procs {
-				if labelled(t, p, `envoy_rls_redis_write_back_pending`) != 0 {
+				if metricCount(t, p, "envoy_rls_redis_write_back_pending") != 0 {
 					return false
 				}
 			}
@@ -204,8 +190,8 @@ func TestOverloadWithEnvoyDeadlines(t *testing.T) {
 		}
 	}
 	for _, p := range procs {
-		fallbacks += labelled(t, p, `envoy_rls_redis_decisions_total\{path="local_fallback"\}`)
-		if v := labelled(t, p, `envoy_rls_requests_total\{code="failed_open",domain="exact"\}`); v != 0 {
+		fallbacks += metricCount(t, p, "envoy_rls_redis_decisions_total", "path=local_fallback")
+		if v := metricCount(t, p, "envoy_rls_requests_total", "code=failed_open", "domain=exact"); v != 0 {
 			t.Errorf("failed open %v times", v)
 		}
 	}
@@ -231,8 +217,8 @@ func TestRedisEvictionPolicyWarning(t *testing.T) {
 	}
 	p := startServe(t, nil, "--config", overloadConfig(t), "--backend", "redis", "--redis-url", srv.URL())
 	counted(t, p, "fixed_window", "x") // connects
-	waitFor(t, 10*time.Second, "the eviction warning", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "the eviction warning", func() bool {
 		return strings.Contains(p.Logs(), "redis evicts rate limit counters") &&
-			labelled(t, p, `envoy_rls_redis_evicting_servers`) == 1
+			metricCount(t, p, "envoy_rls_redis_evicting_servers") == 1
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 const perSecondConfig = `domain: persecond
@@ -57,19 +58,19 @@ func TestReferencePerSecondRedis(t *testing.T) {
 	// says which Redis it waits for.
 	psSrv.Stop()
 	clearOfHourEnd(t)
-	grpcPort, httpPort := freePort(t), freePort(t)
+	grpcPort, httpPort := testutil.FreePort(t), testutil.FreePort(t)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"),
 		"HOST=127.0.0.1", fmt.Sprintf("PORT=%d", httpPort), "GRPC_HOST=127.0.0.1", fmt.Sprintf("GRPC_PORT=%d", grpcPort),
-		"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", freePort(t)),
+		"DEBUG_HOST=127.0.0.1", fmt.Sprintf("DEBUG_PORT=%d", testutil.FreePort(t)),
 		"USE_STATSD=false", "RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + mainSrv.Addr(),
 		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL=" + psSrv.Addr(),
 		"REDIS_PERSECOND_POOL_SIZE=4", "REDIS_PERSECOND_TIMEOUT=2s",
 	}
 	startProc(t, p)
-	waitFor(t, 30*time.Second, "/healthz 503 naming the per-second Redis", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "/healthz 503 naming the per-second Redis", func() bool {
 		select {
 		case <-p.exited:
 			t.Fatalf("envoy-rls exited:\n%s", p.Logs())
@@ -82,7 +83,7 @@ func TestReferencePerSecondRedis(t *testing.T) {
 		t.Fatalf("/healthcheck %d with the per-second Redis down, want 500", code)
 	}
 	psSrv.Restart()
-	waitFor(t, 30*time.Second, "/healthcheck 200 once both Redis answer", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "/healthcheck 200 once both Redis answer", func() bool {
 		code, _ := httpGetCode(p.httpURL + "/healthcheck")
 		return code == 200
 	})
@@ -114,7 +115,7 @@ func TestReferencePerSecondRedis(t *testing.T) {
 	}
 	// A second-long counter lives until its window ends: charge it and
 	// read it back until both happen in one window.
-	waitFor(t, 10*time.Second, "the per-second counter in the per-second Redis", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "the per-second counter in the per-second Redis", func() bool {
 		if got := call(api); got != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("per-second request: %v", got)
 		}
@@ -124,16 +125,16 @@ func TestReferencePerSecondRedis(t *testing.T) {
 		t.Errorf("main Redis keys:\n%s\nhold the per-second counter", k)
 	}
 
-	if v := labelled(t, p, `envoy_rls_redis_requests_total\{redis="persecond"\}`); v < 1 {
+	if v := metricCount(t, p, "envoy_rls_redis_requests_total", "redis=persecond"); v < 1 {
 		t.Errorf("envoy_rls_redis_requests_total{redis=\"persecond\"} = %v", v)
 	}
-	if v := labelled(t, p, `envoy_rls_redis_requests_total\{redis="main"\}`); v < 1 {
+	if v := metricCount(t, p, "envoy_rls_redis_requests_total", "redis=main"); v < 1 {
 		t.Errorf("envoy_rls_redis_requests_total{redis=\"main\"} = %v", v)
 	}
-	if v := labelled(t, p, `envoy_rls_redis_persecond_mixed_requests_total`); v != 3 {
+	if v := metricCount(t, p, "envoy_rls_redis_persecond_mixed_requests_total"); v != 3 {
 		t.Errorf("envoy_rls_redis_persecond_mixed_requests_total = %v, want 3", v)
 	}
-	if v := labelled(t, p, `envoy_rls_redis_persecond_overcharged_total`); v != 0 {
+	if v := metricCount(t, p, "envoy_rls_redis_persecond_overcharged_total"); v != 0 {
 		t.Errorf("envoy_rls_redis_persecond_overcharged_total = %v, want 0 (no concurrency)", v)
 	}
 }
@@ -167,8 +168,8 @@ func TestPerSecondRedisExactAcrossInstances(t *testing.T) {
 	}
 	var mixed, over float64
 	for _, p := range procs {
-		mixed += labelled(t, p, `envoy_rls_redis_persecond_mixed_requests_total`)
-		over += labelled(t, p, `envoy_rls_redis_persecond_overcharged_total`)
+		mixed += metricCount(t, p, "envoy_rls_redis_persecond_mixed_requests_total")
+		over += metricCount(t, p, "envoy_rls_redis_persecond_overcharged_total")
 	}
 	if mixed != clients*15 {
 		t.Errorf("%v mixed requests, want %d", mixed, clients*15)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // exactYAML has one limit per algorithm, each allowing exactly 40 hits in
@@ -126,20 +126,9 @@ func TestRedisSentinel(t *testing.T) {
 	}
 }
 
-var goroutinesRE = regexp.MustCompile(`(?m)^go_goroutines (\d+)`)
-
 func goroutines(t *testing.T, p *proc) int {
 	t.Helper()
-	body, err := httpGet(p.httpURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := goroutinesRE.FindStringSubmatch(body)
-	if m == nil {
-		t.Fatalf("no go_goroutines in /metrics")
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
+	return int(metricValue(t, p, "go_goroutines"))
 }
 
 // TestRedisFailureAndRecovery kills redis-server under load and starts it
@@ -182,14 +171,14 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 		})
 	isDeny := func(s sample) bool { return s.client%2 == 1 }
 	countSince := ld.count
-	waitFor(t, 10*time.Second, "load before the failure", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "load before the failure", func() bool {
 		return countSince(time.Time{}, func(s sample) bool { return s.err == nil }) > 100
 	})
 
 	srv.Stop()
 	down := time.Now()
 	// While Redis is down: deny answers UNAVAILABLE, allow answers OK.
-	waitFor(t, 10*time.Second, "failure policy while Redis is down", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "failure policy while Redis is down", func() bool {
 		unavailable := countSince(down, func(s sample) bool { return isDeny(s) && status.Code(s.err) == codes.Unavailable })
 		openOK := countSince(down, func(s sample) bool {
 			return !isDeny(s) && s.err == nil && s.code == rlsv3.RateLimitResponse_OK
@@ -202,7 +191,7 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 
 	srv.Restart()
 	up := time.Now()
-	waitFor(t, 15*time.Second, "normal answers after Redis returns", func() bool {
+	testutil.WaitEvery(t, procPoll, 15*time.Second, "normal answers after Redis returns", func() bool {
 		ok := countSince(up, func(s sample) bool { return isDeny(s) && s.err == nil && s.code == rlsv3.RateLimitResponse_OK })
 		return ok >= 20
 	})
@@ -236,7 +225,7 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 	}
 	// No goroutine leak: back to the level before the failure (small
 	// allowance for connection pool churn).
-	waitFor(t, 10*time.Second, "goroutines back to the level before the failure", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "goroutines back to the level before the failure", func() bool {
 		return goroutines(t, allow) <= baseAllow+8 && goroutines(t, deny) <= baseDeny+8
 	})
 	// The failures were logged, without flooding: at most one line per 10 s.
@@ -265,11 +254,11 @@ func TestRedisDownAtStart(t *testing.T) {
 		t.Fatalf("/healthcheck while Redis was never reachable: %d, want 500", code)
 	}
 	srv.Restart()
-	waitFor(t, 15*time.Second, "answers once Redis is up", func() bool {
+	testutil.WaitEvery(t, procPoll, 15*time.Second, "answers once Redis is up", func() bool {
 		r, err := p.client().ShouldRateLimit(ctxT(t), req)
 		return err == nil && r.OverallCode == rlsv3.RateLimitResponse_OK
 	})
-	waitFor(t, 15*time.Second, "/healthcheck 200 once Redis answered", func() bool {
+	testutil.WaitEvery(t, procPoll, 15*time.Second, "/healthcheck 200 once Redis answered", func() bool {
 		code, body := httpGetCode(p.httpURL + "/healthcheck")
 		return code == 200 && body == "OK"
 	})

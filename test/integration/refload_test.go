@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/internal/xdstest"
 )
 
@@ -89,7 +90,7 @@ func TestReferenceFileLayout(t *testing.T) {
 	if err := os.Rename(filepath.Join(sub, "b.conf.tmp"), filepath.Join(sub, "b.conf")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the subdirectory's change in /rlconfig", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the subdirectory's change in /rlconfig", func() bool {
 		_, body := httpGetCode(debugURL + "/rlconfig")
 		return strings.Contains(body, "team-b.k: unit=HOUR requests_per_unit=5")
 	})
@@ -128,7 +129,7 @@ func TestReferenceStartsWithInvalidConfig(t *testing.T) {
 				t.Errorf("the load error is not logged with file:line and reason:\n%s", logs)
 			}
 			cm.publish(t, map[string]string{"config.yaml": "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"})
-			waitFor(t, 30*time.Second, "the valid config", func() bool {
+			testutil.WaitEvery(t, procPoll, 30*time.Second, "the valid config", func() bool {
 				_, err := p.callErr(t, "shop", "path", "/cart")
 				return err == nil
 			})
@@ -185,7 +186,7 @@ func TestServeInvalidConfigAtStart(t *testing.T) {
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the fixed config", func() bool {
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the fixed config", func() bool {
 		_, err := p.callErr(t, "shop", "path", "/cart")
 		return err == nil
 	})
@@ -256,7 +257,7 @@ func TestXDSHealthAndMerge(t *testing.T) {
 	b.Name = "gw/http-part-2"
 	v := cp.Set(t, a, b)
 	cp.WaitRequest(t, "ACK of version "+v, xdstest.ACKed(v))
-	waitFor(t, 10*time.Second, "/healthcheck 200", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "/healthcheck 200", func() bool {
 		code, _ := httpGetCode(p.httpURL + "/healthcheck")
 		return code == 200
 	})

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,7 +42,7 @@ func servedVersion(t *testing.T, p *proc) (int, bool, error) {
 // servedFinal waits until the service answers with version final, whole.
 func servedFinal(t *testing.T, p *proc, final int) {
 	t.Helper()
-	waitFor(t, 20*time.Second, fmt.Sprintf("version %d served", final), func() bool {
+	testutil.WaitEvery(t, procPoll, 20*time.Second, fmt.Sprintf("version %d served", final), func() bool {
 		got, whole, err := servedVersion(t, p)
 		if err != nil {
 			t.Fatal(err)

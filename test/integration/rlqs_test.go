@@ -20,6 +20,7 @@ import (
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/internal/rlqstest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // rlqsLoad drives an Envoy-like RLQS client at rate requests a second.
@@ -148,7 +149,7 @@ func TestRLQSSeveralProcessesOneRedis(t *testing.T) {
 		}
 		t.Logf("%s: %.1f/s admitted of 300 (RLS %.1f/s)", what, float64(n)/el, float64(rls)/el)
 	}
-	waitFor(t, 20*time.Second, "every client assigned", func() bool {
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "every client assigned", func() bool {
 		for _, l := range loads {
 			if !l.c.Bucket(id).Assigned {
 				return false
@@ -175,7 +176,7 @@ func TestRLQSSeveralProcessesOneRedis(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 20*time.Second, "the Envoys of the stopped process to reconnect", func() bool {
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "the Envoys of the stopped process to reconnect", func() bool {
 		for _, l := range loads {
 			if !l.c.Connected() || !l.c.Bucket(id).Assigned {
 				return false

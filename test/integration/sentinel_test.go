@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
 
 // failoverYAML allows 5 hits per key and hour.
@@ -69,18 +70,18 @@ func TestRedisSentinelFailover(t *testing.T) {
 	count := ld.count
 	ok := func(s sample) bool { return s.err == nil && s.code == rlsv3.RateLimitResponse_OK }
 	unavailable := func(s sample) bool { return status.Code(s.err) == codes.Unavailable }
-	waitFor(t, 10*time.Second, "answers before the failure", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "answers before the failure", func() bool {
 		return count(time.Time{}, ok) >= 20
 	})
 
 	master.Stop() // SIGKILL
 	down := time.Now()
-	waitFor(t, 10*time.Second, "UNAVAILABLE while there is no master", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "UNAVAILABLE while there is no master", func() bool {
 		return count(down, unavailable) >= 4
 	})
 	redistest.WaitPromoted(t, sentinel, "rls", replica, 20*time.Second)
 	promoted := time.Now()
-	waitFor(t, 10*time.Second, "OK answers through the promoted replica", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "OK answers through the promoted replica", func() bool {
 		return count(promoted, ok) >= 20
 	})
 	ld.stop()

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,7 +216,7 @@ func TestEnvironmentVariables(t *testing.T) {
 		"ENVOY_RLS_MAX_KEYS=1000",
 	})
 	// /healthz answers before the line is logged and read from the pipe.
-	waitFor(t, 10*time.Second, "JSON log line", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "JSON log line", func() bool {
 		return strings.Contains(p.Logs(), `"msg":"envoy-rls serving"`)
 	})
 	code, _ := p.postJSON(t, `{"domain":"example","descriptors":[{"entries":[{"key":"path","value":"/x"}]}]}`)
@@ -298,7 +299,7 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: -5}
 `)
-	waitFor(t, 10*time.Second, "reload error in the log", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "reload error in the log", func() bool {
 		return strings.Contains(p.Logs(), "config reload failed") && strings.Contains(p.Logs(), "limits.yaml:5")
 	})
 	if code, _ := p.postJSON(t, body); code != 429 {
@@ -314,7 +315,7 @@ descriptors:
   - key: n
     rate_limit: {unit: hour, requests_per_unit: 2}
 `)
-	waitFor(t, 10*time.Second, "new config", func() bool {
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "new config", func() bool {
 		code, out := p.postJSON(t, `{"domain":"r","descriptors":[{"entries":[{"key":"n","value":"v"}],"hits_addend":0}]}`)
 		return code == 200 && strings.Contains(out, "currentLimit")
 	})

@@ -3,8 +3,6 @@ package integration
 import (
 	"io"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -60,8 +58,6 @@ func TestRedisMutualTLS(t *testing.T) {
 	}
 }
 
-var redisErrorsRE = regexp.MustCompile(`(?m)^envoy_rls_redis_errors_total (\d+)`)
-
 // TestRedisTLSWithoutClientCertificate: Redis refuses a client without a
 // certificate; envoy-rls keeps running and answers by its failure mode.
 func TestRedisTLSWithoutClientCertificate(t *testing.T) {
@@ -78,16 +74,8 @@ func TestRedisTLSWithoutClientCertificate(t *testing.T) {
 			t.Fatalf("call %d without a client certificate: %v, want UNAVAILABLE (--failure-mode deny)", i, err)
 		}
 	}
-	body, err := httpGet(p.httpURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := redisErrorsRE.FindStringSubmatch(body)
-	if m == nil {
-		t.Fatal("no envoy_rls_redis_errors_total in /metrics")
-	}
-	if n, _ := strconv.Atoi(m[1]); n < 3 {
-		t.Errorf("envoy_rls_redis_errors_total %s, want at least 3", m[1])
+	if n := metricValue(t, p, "envoy_rls_redis_errors_total"); n < 3 {
+		t.Errorf("envoy_rls_redis_errors_total %v, want at least 3", n)
 	}
 	// Redis has never answered: not healthy, and /healthz says why (the
 	// process still serves by its failure mode).

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/internal/xdstest"
 )
 
@@ -320,7 +321,7 @@ func checkBudget(t *testing.T, clients []rlsv3.RateLimitServiceClient, rdb gored
 // config has arrived.
 func startEGInstance(t *testing.T, pki *egPKI, cp *xdstest.ControlPlane, redisURL string, extra ...string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	grpcPort, httpPort, debugPort, promPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	grpcPort, httpPort, debugPort, promPort := testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t), testutil.FreePort(t)
 	p := &proc{grpcAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary)
 	p.cmd.Env = append(egEnvironment(pki, cp.Addr, redisURL, grpcPort, httpPort, debugPort, promPort), extra...)
@@ -337,7 +338,7 @@ func startEGInstance(t *testing.T, pki *egPKI, cp *xdstest.ControlPlane, redisUR
 	}
 	t.Cleanup(func() { conn.Close() })
 	client := rlsv3.NewRateLimitServiceClient(conn)
-	waitFor(t, 60*time.Second, "the config over xDS", func() bool {
+	testutil.WaitEvery(t, procPoll, 60*time.Second, "the config over xDS", func() bool {
 		r, err := client.ShouldRateLimit(ctxT(t), budgetRequest("fixed_window", 0))
 		return err == nil && len(r.Statuses) == 1 && r.Statuses[0].CurrentLimit != nil
 	})

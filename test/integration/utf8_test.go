@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"io"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,7 @@ func TestInvalidUTF8DescriptorsAreLimited(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "edge.yaml")
 	writeFile(t, cfg, utf8ConfigYAML)
-	debug := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	debug := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	p := startServe(t, nil, "--config", cfg, "--reference-metrics", "--response-dynamic-metadata",
 		"--log-level", "debug", "--log-format", "json", "--debug-addr", debug)
 	values := []string{"\xff", "\xfe", "10.0.0.1\x80", "ÿ"}
