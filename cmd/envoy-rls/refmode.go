@@ -17,12 +17,17 @@ var lookupEnv refenv.Lookup = os.LookupEnv
 
 // applyReference reads the reference server's environment when neither
 // --config nor --config-xds was given (on the command line or as
-// ENVOY_RLS_*), and sets every flag that was not given from it.
+// ENVOY_RLS_*), and sets every flag that was not given from it. When one
+// was given, the reference's variables that choose the store or the config
+// source must not be set: they would be ignored, and the service would run
+// on another store or config than they say.
 func applyReference(fs *flag.FlagSet, o *options, lookup refenv.Lookup) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if given["config"] || given["config-xds"] {
-		return nil
+	for _, native := range []string{"config", "config-xds"} {
+		if given[native] {
+			return refuseSelectors(o.cmd.source(native), refenv.Selectors(lookup))
+		}
 	}
 	res, err := refenv.Translate(lookup)
 	if err != nil {
@@ -43,6 +48,23 @@ func applyReference(fs *flag.FlagSet, o *options, lookup refenv.Lookup) error {
 	}
 	o.reference = res
 	return errors.Join(errs...)
+}
+
+// refuseSelectors is the error for the reference's store- and
+// config-selecting variables set beside native, the flag that chose the
+// native configuration; nil when there are none.
+func refuseSelectors(native string, sel []refenv.Selector) error {
+	if len(sel) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s is given, so the reference server's environment (envoyproxy/ratelimit) is not read, "+
+		"but these of its variables, which choose the store or the config source, are set:", native)
+	for _, s := range sel {
+		fmt.Fprintf(&b, "\n  %s (natively: %s)", s.Var, s.Use)
+	}
+	fmt.Fprintf(&b, "\nunset them and give the native flags (or ENVOY_RLS_* variables), or leave out %s to run from the reference's environment", native)
+	return errors.New(b.String())
 }
 
 // logReference logs that the reference server's environment configures

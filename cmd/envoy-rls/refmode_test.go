@@ -101,10 +101,75 @@ func TestNativeSettingsWin(t *testing.T) {
 	if o.Listen.GRPCAddr != "127.0.0.1:1" || o.Obs.LogLevel != logLevel(slog.LevelError) || o.Source.Config != "/data/config" || o.Source.WatchRoot != "/data" {
 		t.Fatalf("options = %+v", o)
 	}
-	// With --config the reference environment is not read at all.
+	// With --config the reference environment is not read at all; its
+	// variables that choose the store or the config source are refused
+	// rather than ignored.
+	_, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard)
+	for _, want := range []string{"--config is given", "REDIS_URL (natively: --redis-url)",
+		"REDIS_SOCKET_TYPE (natively: --redis-url)", "RUNTIME_ROOT (natively: --config, --watch-root)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("with --config beside REDIS_* and RUNTIME_*: error %v, want %q", err, want)
+		}
+	}
+	withEnv(t, map[string]string{"GRPC_PORT": "9000", "LOG_LEVEL": "debug"})
 	o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard)
 	if err != nil || o.reference != nil || o.Listen.GRPCAddr != ":8081" || o.Backend != "memory" {
 		t.Fatalf("with --config: %+v, %v", o, err)
+	}
+}
+
+// The case: REDIS_URL=... BACKEND_TYPE=redis envoy-rls serve
+// --config ... ran on the memory store without a word. Set beside --config
+// or --config-xds (as flags or ENVOY_RLS_* variables), the reference's
+// store- and config-selecting variables are refused with the native flag
+// to use.
+func TestReferenceSelectorsBesideNativeConfigAreRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string // ENVOY_RLS_* variables
+		ref  map[string]string
+		want []string
+	}{
+		{[]string{"--config", "/etc/rls"}, nil,
+			map[string]string{"REDIS_URL": "redis:6379", "REDIS_SOCKET_TYPE": "tcp", "BACKEND_TYPE": "redis"},
+			[]string{"--config is given", "BACKEND_TYPE (natively: --backend)", "REDIS_URL (natively: --redis-url)", "leave out --config"}},
+		{nil, map[string]string{"ENVOY_RLS_CONFIG": "/etc/rls"},
+			map[string]string{"REDIS_URL": "redis:6379"},
+			[]string{"ENVOY_RLS_CONFIG (--config) is given", "REDIS_URL (natively: --redis-url)"}},
+		{[]string{"--config-xds", "cp:18000"}, nil,
+			map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "RUNTIME_ROOT": "/data"},
+			[]string{"--config-xds is given", "CONFIG_TYPE (natively: --config (FILE) or --config-xds (GRPC_XDS_SOTW))", "RUNTIME_ROOT (natively: no flag: CONFIG_TYPE is GRPC_XDS_SOTW)"}},
+		{[]string{"--config", "/etc/rls"}, nil,
+			map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "ps:6379", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_POOL_ON_EMPTY_BEHAVIOR": "WAIT"},
+			[]string{"REDIS_PERSECOND (natively: --redis-persecond-url)", "REDIS_PERSECOND_URL (natively: --redis-persecond-url)",
+				"REDIS_POOL_ON_EMPTY_BEHAVIOR (natively: no flag: calls wait for a connection within their deadline)"}},
+	} {
+		t.Run(c.want[0], func(t *testing.T) {
+			withEnv(t, c.ref)
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			_, err := parseServe(c.args, io.Discard)
+			for _, want := range c.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%v %v beside %v: error %v, want %q", c.env, c.args, c.ref, err, want)
+				}
+			}
+		})
+	}
+}
+
+// Names that platforms set for their own reasons (PORT, HOST, LOG_LEVEL)
+// and the reference's other variables never refuse a native start, and are
+// not read by it.
+func TestGenericNamesBesideNativeConfig(t *testing.T) {
+	withEnv(t, map[string]string{"PORT": "8080", "HOST": "pod-1", "LOG_LEVEL": "debug", "GRPC_PORT": "9000", "USE_STATSD": "true", "SHADOW_MODE": "true"})
+	o, err := parseServe([]string{"--config", "/etc/rls"}, io.Discard)
+	if err != nil {
+		t.Fatalf("generic names beside --config: %v", err)
+	}
+	if o.reference != nil || o.Listen.HTTPAddr != ":8080" || o.Listen.GRPCAddr != ":8081" || o.Obs.LogLevel != logLevel(slog.LevelInfo) {
+		t.Fatalf("the reference's environment was read beside --config: %+v", o)
 	}
 }
 
@@ -173,7 +238,9 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 		o.Response.legacyNames() != (rlheaders.LegacyNames{Limit: "X-Limit", Remaining: "X-Remaining", Reset: "X-Reset"}) {
 		t.Fatalf("options = %+v", o)
 	}
-	// Native defaults: envoy-rls's own layout, fail fast.
+	// Native defaults: envoy-rls's own layout, fail fast (the reference's
+	// variables unset: beside --config they are refused).
+	withEnv(t, nil)
 	o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/pkg/rlheaders"
+	"github.com/envoyrls/envoy-rls/pkg/rls"
 )
 
 // ParseHeaders reads the reference's header list "k1:v1,k2:v2".
@@ -56,7 +57,7 @@ func (t *translator) stats() {
 			t.ignore(v, "USE_PROMETHEUS is not true")
 		}
 	}
-	if r := t.float("NEAR_LIMIT_RATIO", 0.8); r < 0 || r > 1 {
+	if r := t.float("NEAR_LIMIT_RATIO", rls.DefaultNearLimitRatio); r < 0 || r > 1 {
 		t.errs = append(t.errs, fmt.Errorf("NEAR_LIMIT_RATIO=%v: want a number from 0 to 1", r))
 	} else if t.isSet("NEAR_LIMIT_RATIO") {
 		t.set("near-limit-ratio", strconv.FormatFloat(r, 'g', -1, 64), "NEAR_LIMIT_RATIO")

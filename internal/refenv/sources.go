@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/envoyrls/envoy-rls/pkg/xdsconfig"
 )
 
 func (t *translator) listeners() {
@@ -24,10 +26,11 @@ func (t *translator) listeners() {
 	} else {
 		t.set("grpc-addr", addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", 8081), "GRPC_HOST", "GRPC_PORT")
 	}
-	if d, ok := t.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour); ok {
+	// Unset, the native defaults stand (the reference's: 24h and 1h).
+	if d, ok := t.duration("GRPC_MAX_CONNECTION_AGE", 0); ok {
 		t.set("grpc-max-connection-age", d.String(), "GRPC_MAX_CONNECTION_AGE")
 	}
-	if d, ok := t.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour); ok {
+	if d, ok := t.duration("GRPC_MAX_CONNECTION_AGE_GRACE", 0); ok {
 		t.set("grpc-max-connection-age-grace", d.String(), "GRPC_MAX_CONNECTION_AGE_GRACE")
 	}
 }
@@ -170,16 +173,18 @@ func (t *translator) xds() {
 			t.ignore(v, "CONFIG_GRPC_XDS_SERVER_USE_TLS is not true")
 		}
 	}
-	d, _ := t.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second)
+	// The native backoff is the reference's.
+	def := xdsconfig.DefaultBackoff
+	d, _ := t.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def.Initial)
 	t.set("xds-backoff-initial", d.String(), "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")
-	d, _ = t.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second)
+	d, _ = t.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", def.Max)
 	t.set("xds-backoff-max", d.String(), "XDS_CLIENT_BACKOFF_MAX_INTERVAL")
-	f := t.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", 0.5)
+	f := t.float("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def.RandomFactor)
 	if f < 0 || f > 1 {
 		t.errs = append(t.errs, fmt.Errorf("XDS_CLIENT_BACKOFF_RANDOM_FACTOR=%v: want a number from 0 to 1", f))
 	}
 	t.set("xds-backoff-random-factor", strconv.FormatFloat(f, 'g', -1, 64), "XDS_CLIENT_BACKOFF_RANDOM_FACTOR")
-	t.set("xds-backoff-jitter", strconv.FormatBool(t.boolean("XDS_CLIENT_BACKOFF_JITTER", true)), "XDS_CLIENT_BACKOFF_JITTER")
+	t.set("xds-backoff-jitter", strconv.FormatBool(t.boolean("XDS_CLIENT_BACKOFF_JITTER", def.Jitter)), "XDS_CLIENT_BACKOFF_JITTER")
 	if n := t.integer("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0); n > 0 {
 		t.set("xds-max-message-size", strconv.Itoa(n), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
 	}
