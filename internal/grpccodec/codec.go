@@ -127,7 +127,7 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	fixed := proto.Clone(m)
-	if !RepairUTF8(fixed.ProtoReflect()) {
+	if !repairUTF8(fixed.ProtoReflect()) {
 		return nil, err
 	}
 	out, err2 := c.std.Marshal(fixed)
@@ -140,10 +140,10 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return out, nil
 }
 
-// RepairUTF8 replaces, in m and every message it holds, each string that is
+// repairUTF8 replaces, in m and every message it holds, each string that is
 // not valid UTF-8 with strings.ToValidUTF8(s, "\uFFFD"), map keys included.
 // It reports whether it changed anything.
-func RepairUTF8(m protoreflect.Message) bool {
+func repairUTF8(m protoreflect.Message) bool {
 	changed := false
 	fix := func(v protoreflect.Value) (protoreflect.Value, bool) {
 		if s := v.String(); !utf8.ValidString(s) {
@@ -161,7 +161,7 @@ func RepairUTF8(m protoreflect.Message) bool {
 			var bad []protoreflect.MapKey // changed only after Range
 			mp.Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 				if msgValue {
-					changed = RepairUTF8(mv.Message()) || changed
+					changed = repairUTF8(mv.Message()) || changed
 				}
 				if (strKey && !utf8.ValidString(k.String())) || (strValue && !utf8.ValidString(mv.String())) {
 					bad = append(bad, k)
@@ -192,7 +192,7 @@ func RepairUTF8(m protoreflect.Message) bool {
 						changed = true
 					}
 				case protoreflect.MessageKind, protoreflect.GroupKind:
-					changed = RepairUTF8(l.Get(i).Message()) || changed
+					changed = repairUTF8(l.Get(i).Message()) || changed
 				}
 			}
 		case fd.Kind() == protoreflect.StringKind:
@@ -201,7 +201,7 @@ func RepairUTF8(m protoreflect.Message) bool {
 				changed = true
 			}
 		case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:
-			changed = RepairUTF8(v.Message()) || changed
+			changed = repairUTF8(v.Message()) || changed
 		}
 		return true
 	})

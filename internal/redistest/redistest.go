@@ -84,7 +84,7 @@ func startConf(tb testing.TB, name string, conf func(port int) string, extra []s
 
 func startServer(tb testing.TB, name string, conf func(port int) string, extra []string, cluster bool, client *tls.Config) *Server {
 	tb.Helper()
-	bin := Binary(tb)
+	bin := serverBinary(tb)
 	// A test on a real Redis counts on Redis's clock (TIME): it must not
 	// run across the end of an hour, where its windows of an hour or
 	// longer would start again.
@@ -117,9 +117,9 @@ func startServer(tb testing.TB, name string, conf func(port int) string, extra [
 	return nil
 }
 
-// Binary returns the path of the redis-server binary, failing the test with
+// serverBinary returns the path of the redis-server binary, failing the test with
 // an explanation when there is none.
-func Binary(tb testing.TB) string {
+func serverBinary(tb testing.TB) string {
 	tb.Helper()
 	if testing.Short() {
 		// The short tier (go test -short) runs what needs no process of

@@ -41,13 +41,13 @@ func StartReplica(tb testing.TB, master *Server) *Server {
 		tb.Fatalf("redistest: master on port %d: CONFIG SET repl-diskless-sync-delay: %v", master.Port(), err)
 	}
 	s := start(tb, []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port())}, false)
-	s.WaitLinkUp(tb)
+	s.waitLinkUp(tb)
 	return s
 }
 
-// WaitLinkUp polls INFO replication of a replica until it reports
+// waitLinkUp polls INFO replication of a replica until it reports
 // master_link_status:up, failing the test after startTimeout.
-func (s *Server) WaitLinkUp(tb testing.TB) {
+func (s *Server) waitLinkUp(tb testing.TB) {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolSize: 1})
 	defer c.Close()

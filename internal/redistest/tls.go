@@ -176,6 +176,6 @@ func StartTLS(tb testing.TB) (*TLSServer, TLSFiles) {
 // Files returns the server's PKI files.
 func (s *TLSServer) Files() TLSFiles { return s.files }
 
-// ClientTLS returns a client TLS configuration that the server accepts: it
+// clientTLS returns a client TLS configuration that the server accepts: it
 // trusts the CA and presents the client certificate.
-func (s *TLSServer) ClientTLS() *tls.Config { return s.tls.Clone() }
+func (s *TLSServer) clientTLS() *tls.Config { return s.tls.Clone() }

@@ -35,12 +35,12 @@ func TestTLSServer(t *testing.T) {
 	if err := try(nil); err == nil {
 		t.Error("a plain client got an answer from the TLS-only server")
 	}
-	noCert := s.ClientTLS()
+	noCert := s.clientTLS()
 	noCert.Certificates = nil
 	if err := try(noCert); err == nil {
 		t.Error("a TLS client without a certificate got an answer; want client authentication")
 	}
-	noCA := s.ClientTLS()
+	noCA := s.clientTLS()
 	noCA.RootCAs = nil // system roots do not know the test CA
 	if err := try(noCA); err == nil {
 		t.Error("a client that does not trust the test CA got an answer")

@@ -283,7 +283,7 @@ var perSecondVars = []string{"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYP
 	"REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR"}
 
-// HandledElsewhere are reference variables read directly by other parts of
+// handledElsewhere are reference variables read directly by other parts of
 // envoy-rls (tracing).
-var HandledElsewhere = []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
+var handledElsewhere = []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
 	"TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}

@@ -4,7 +4,7 @@
 // reference runs: Envoy Gateway's Deployment (no arguments, environment
 // only) and Istio's sample.
 //
-// Every variable of the reference is known here (see Vars). Translate maps
+// Every variable of the reference is known here (vars.go). Translate maps
 // each one that is set to native flags; a variable whose value cannot be
 // honoured (BACKEND_TYPE=memcache, USE_STATSD=true, ...) is an error that
 // names it; one that has no meaning for envoy-rls is reported in Ignored.

@@ -331,10 +331,10 @@ func TestIstioEnvironment(t *testing.T) {
 // elsewhere (tracing).
 func TestEveryReferenceVariableIsKnown(t *testing.T) {
 	handled := map[string]bool{}
-	for _, v := range HandledElsewhere {
+	for _, v := range handledElsewhere {
 		handled[v] = true
 	}
-	for _, v := range Vars {
+	for _, v := range vars {
 		if handled[v] {
 			continue
 		}
@@ -404,7 +404,7 @@ func TestFileSourceAsReference(t *testing.T) {
 // its work natively; names that platforms set (PORT, HOST, LOG_LEVEL) and
 // the reference's other variables are not among them.
 func TestSelectors(t *testing.T) {
-	for _, v := range Vars {
+	for _, v := range vars {
 		want := v == "BACKEND_TYPE" || v == "CONFIG_TYPE" || strings.HasPrefix(v, "REDIS_") || strings.HasPrefix(v, "RUNTIME_")
 		got := Selectors(FromMap(map[string]string{v: "1"}))
 		if want != (len(got) == 1) || (want && (got[0].Var != v || got[0].Use == "")) {

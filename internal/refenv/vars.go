@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// Vars lists every environment variable of the reference's
+// vars lists every environment variable of the reference's
 // src/settings/settings.go.
-var Vars = strings.Fields(`HOST PORT DEBUG_HOST DEBUG_PORT GRPC_UDS GRPC_HOST GRPC_PORT
+var vars = strings.Fields(`HOST PORT DEBUG_HOST DEBUG_PORT GRPC_UDS GRPC_HOST GRPC_PORT
 GRPC_MAX_CONNECTION_AGE GRPC_MAX_CONNECTION_AGE_GRACE GRPC_SERVER_USE_TLS GRPC_SERVER_TLS_CERT
 GRPC_SERVER_TLS_KEY GRPC_CLIENT_TLS_CACERT GRPC_CLIENT_TLS_SAN LOG_LEVEL LOG_FORMAT CONFIG_TYPE
 FORCE_START_WITHOUT_INITIAL_CONFIG CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA
@@ -58,7 +58,7 @@ func selects(v string) bool {
 // (those its translation sets).
 func Selectors(env Lookup) []Selector {
 	var set []string
-	for _, v := range Vars {
+	for _, v := range vars {
 		if _, ok := env(v); ok && selects(v) {
 			set = append(set, v)
 		}

@@ -30,9 +30,9 @@ func Gather(tb testing.TB, g prometheus.Gatherer) Metrics {
 	return m
 }
 
-// ParseMetrics reads a page in Prometheus's text format, failing the test
+// parseMetrics reads a page in Prometheus's text format, failing the test
 // when it is not one.
-func ParseMetrics(tb testing.TB, text string) Metrics {
+func parseMetrics(tb testing.TB, text string) Metrics {
 	tb.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(text))
@@ -59,7 +59,7 @@ func Scrape(tb testing.TB, url string) Metrics {
 	if resp.StatusCode != http.StatusOK {
 		tb.Fatalf("testutil: scrape %s: %s", url, resp.Status)
 	}
-	return ParseMetrics(tb, string(b))
+	return parseMetrics(tb, string(b))
 }
 
 // Value returns the sample of family name whose labels are exactly labels

@@ -61,18 +61,18 @@ func WaitEvery(t testing.TB, interval, timeout time.Duration, what string, cond 
 	}
 }
 
-// HourMargin is how long after ClearOfHourEnd returns a test may still count
+// hourMargin is how long after ClearOfHourEnd returns a test may still count
 // on the hour it runs in: longer than any one test of this module takes.
-const HourMargin = time.Minute
+const hourMargin = time.Minute
 
 // ClearOfHourEnd waits, when the next hour of the clock begins within
-// HourMargin, until it has begun. Fixed windows of an hour or longer (a day,
+// hourMargin, until it has begun. Fixed windows of an hour or longer (a day,
 // a week, 30 or 365 days) start at a full hour, UTC, counted from the Unix
 // epoch: a test that counts hits in one on the real clock (Redis's TIME, or
 // envoy-rls's own clock) and runs across a full hour sees its counts start
 // again halfway (a third request allowed under a limit of 2 an hour) and
 // fails for no fault of the code. A package that runs for minutes crosses a
-// full hour in several runs in a hundred. The wait, at most HourMargin,
+// full hour in several runs in a hundred. The wait, at most hourMargin,
 // comes in one run in 60, once (the tests after it start early in the
 // hour). Tests on a manual Clock need none of this.
 func ClearOfHourEnd(tb testing.TB) {
@@ -84,9 +84,9 @@ func ClearOfHourEnd(tb testing.TB) {
 }
 
 // hourEndWait returns how long ClearOfHourEnd waits at now: until just
-// past the next full hour when it is less than HourMargin away, else 0.
+// past the next full hour when it is less than hourMargin away, else 0.
 func hourEndWait(now time.Time) time.Duration {
-	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < HourMargin {
+	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < hourMargin {
 		return left + 10*time.Millisecond
 	}
 	return 0

@@ -72,7 +72,7 @@ func TestFreePortIsNotPickedAgain(t *testing.T) {
 	}
 }
 
-// TestHourEndWait: ClearOfHourEnd waits only in the last HourMargin before a
+// TestHourEndWait: ClearOfHourEnd waits only in the last hourMargin before a
 // full hour (UTC, as the epoch-aligned windows of an hour or longer end),
 // until just past it.
 func TestHourEndWait(t *testing.T) {

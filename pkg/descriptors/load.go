@@ -115,6 +115,9 @@ type Document struct {
 // configuration, with the same checks as Load on a directory (domains must be
 // unique). No documents make an empty, valid configuration: a control plane
 // may send an empty state of the world.
+//
+// Deprecated: nothing in this module calls it; use
+// ParseDocumentsWith(docs, Options{}).
 func ParseDocuments(docs []Document) (*Config, error) {
 	return ParseDocumentsWith(docs, Options{})
 }

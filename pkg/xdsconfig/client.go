@@ -167,6 +167,9 @@ func New(o Options) (*Client, error) {
 func (c *Client) FirstConfig() <-chan struct{} { return c.firstConfig }
 
 // HasConfig reports whether a valid configuration was applied.
+//
+// Deprecated: nothing in this module calls it; FirstConfig is closed at the
+// same moment.
 func (c *Client) HasConfig() bool { return c.haveConfig.Load() }
 
 // Version returns the version of the last applied configuration, and the
