@@ -35,7 +35,10 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 		stat(rls.RedisRoundTrips, func(s redis.Stats) uint64 { return s.RoundTrips }),
 		stat(rls.RedisScriptCalls, func(s redis.Stats) uint64 { return s.ScriptCalls }),
 		stat(rls.RedisLocalDenials, func(s redis.Stats) uint64 { return s.LocalDenials }),
-		stat(rls.RedisErrors, func(s redis.Stats) uint64 { return s.Errors }),
+		// Deprecated for envoy_rls_backend_errors_total, and kept meaning
+		// every call Redis failed: those the failure mode answered and
+		// those the local fallback decided.
+		stat(rls.RedisErrors, func(s redis.Stats) uint64 { return s.Errors + s.LocalFallbacks }),
 		stat(rls.RedisScriptReloads, func(s redis.Stats) uint64 { return s.ScriptReloads }),
 		stat(rls.RedisNotSent, func(s redis.Stats) uint64 { return s.NotSent }),
 		stat(rls.RedisOOMErrors, func(s redis.Stats) uint64 { return s.OOM }),

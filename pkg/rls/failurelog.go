@@ -232,9 +232,11 @@ func budgetEnded(ctx context.Context, bd time.Time, err error) budgetEnd {
 
 // BackendFallback records a request that the store decided without its
 // shared backend (failure mode local: the embedded store decided it), so
-// that the outage is logged and summarised as the failures the store
-// returns are. err is the shared backend's error.
+// that the outage is counted in envoy_rls_backend_errors_total{mode="local"}
+// and logged and summarised as the failures the store returns are. err is
+// the shared backend's error.
 func (s *Service) BackendFallback(err error) {
+	s.opts.Metrics.backendError(err, FailLocal)
 	if s.fails != nil {
 		s.fails.failure(context.Background(), err, notEnded)
 	}

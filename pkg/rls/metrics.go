@@ -63,8 +63,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"domain", "descriptor", "result"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_backend_errors_total",
-			Help: "Store calls that failed or timed out, by kind (timeout, canceled, error); the failure mode decided the answer.",
-		}, []string{"kind"}),
+			Help: "Backend failures, by kind (timeout, canceled, error) and the failure mode that answered (mode: local, allow, deny): every store call that failed or timed out, also those the local fallback of failure mode local then decided. The series of the configured mode exist from the start, at 0.",
+		}, []string{"kind", "mode"}),
 		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_config_loads_total",
 			Help: "Descriptor config loads by result (success, error). On error the previous config keeps serving.",
@@ -393,11 +393,27 @@ func (m *Metrics) decision(domain string, p *plan, mode backend.Mode, d *algorit
 	m.decisions.WithLabelValues(domain, key, result).Inc()
 }
 
-func (m *Metrics) backendError(err error) {
+// backendError counts a backend failure answered by failure mode mode.
+func (m *Metrics) backendError(err error, mode FailureMode) {
 	if m == nil {
 		return
 	}
-	m.backendErrors.WithLabelValues(backendErrorKind(err)).Inc()
+	m.backendErrors.WithLabelValues(backendErrorKind(err), mode.String()).Inc()
+}
+
+// backendErrorKinds are the kind label's values (backendErrorKind).
+var backendErrorKinds = [...]string{"timeout", "canceled", "error"}
+
+// failureMode makes the envoy_rls_backend_errors_total series of mode, at
+// 0, so that an alert on their rate has something to evaluate before the
+// first failure.
+func (m *Metrics) failureMode(mode FailureMode) {
+	if m == nil {
+		return
+	}
+	for _, kind := range backendErrorKinds {
+		m.backendErrors.WithLabelValues(kind, mode.String())
+	}
 }
 
 // ConfigLoad records a config load or reload.
@@ -499,11 +515,13 @@ var (
 
 // The Redis store's metrics (redis.Stats).
 var (
-	RedisRequests      = StoreMetric{Name: "envoy_rls_redis_requests_total", Help: "Store calls that needed Redis state."}
-	RedisRoundTrips    = StoreMetric{Name: "envoy_rls_redis_round_trips_total", Help: "Pipelines sent to Redis (one round trip each)."}
-	RedisScriptCalls   = StoreMetric{Name: "envoy_rls_redis_script_calls_total", Help: "Script calls (FCALL, or EVALSHA/EVAL without functions): one per pipeline of requests, or per slot of it on a Cluster."}
-	RedisLocalDenials  = StoreMetric{Name: "envoy_rls_redis_local_denials_total", Help: "Requests denied by the local deny cache without a Redis call."}
-	RedisErrors        = StoreMetric{Name: "envoy_rls_redis_errors_total", Help: "Store calls that failed or timed out."}
+	RedisRequests     = StoreMetric{Name: "envoy_rls_redis_requests_total", Help: "Store calls that needed Redis state."}
+	RedisRoundTrips   = StoreMetric{Name: "envoy_rls_redis_round_trips_total", Help: "Pipelines sent to Redis (one round trip each)."}
+	RedisScriptCalls  = StoreMetric{Name: "envoy_rls_redis_script_calls_total", Help: "Script calls (FCALL, or EVALSHA/EVAL without functions): one per pipeline of requests, or per slot of it on a Cluster."}
+	RedisLocalDenials = StoreMetric{Name: "envoy_rls_redis_local_denials_total", Help: "Requests denied by the local deny cache without a Redis call."}
+	// RedisErrors is deprecated: envoy_rls_backend_errors_total counts
+	// the same failures with their kind and failure mode.
+	RedisErrors        = StoreMetric{Name: "envoy_rls_redis_errors_total", Help: "Deprecated: use envoy_rls_backend_errors_total. Store calls Redis failed or did not answer in time, whatever then answered them (the local fallback, or the failure mode)."}
 	RedisScriptReloads = StoreMetric{Name: "envoy_rls_redis_script_reloads_total", Help: "Pipelines re-sent because Redis lacked the function library or script (the first one, and after a restart or flush)."}
 	RedisNotSent       = StoreMetric{Name: "envoy_rls_redis_not_sent_total", Help: "Calls not sent because their deadline had passed or was nearer than a round trip (nothing charged)."}
 	RedisOOMErrors     = StoreMetric{Name: "envoy_rls_redis_oom_errors_total", Help: "Script calls refused by Redis at maxmemory (OOM), also counted as errors."}
@@ -511,7 +529,7 @@ var (
 	RedisLateUnsure    = StoreMetric{Name: "envoy_rls_redis_late_unsure_total", Help: "Requests answered without Redis's decision and not written back whose pipeline failed in a way that may have let Redis run and charge them (a timeout, a lost connection)."}
 	// RedisDecisions has a path label: redis, chunk, approximate,
 	// deny_cache, local_fallback or failed.
-	RedisDecisions       = StoreMetric{Name: "envoy_rls_redis_decisions_total", Help: "Requests by who decided them: redis, chunk (lease chunks held in memory alone), approximate (local counters of consistency approximate), deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (answered by the failure mode: see envoy_rls_requests_total's failed_open and unavailable)."}
+	RedisDecisions       = StoreMetric{Name: "envoy_rls_redis_decisions_total", Help: "Requests by who decided them: redis, chunk (lease chunks held in memory alone), approximate (local counters of consistency approximate), deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (Redis failed and no store decided: answered by failure mode allow or deny, or UNAVAILABLE when the local fallback could not decide; see envoy_rls_requests_total's failed_open and unavailable)."}
 	RedisEvictingServers = StoreMetric{Name: "envoy_rls_redis_evicting_servers", Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.", Gauge: true}
 )
 

@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strconv"
@@ -146,12 +147,46 @@ func TestMetricsAfterAScriptedSequence(t *testing.T) {
 }
 
 func TestBackendErrorsByKind(t *testing.T) {
+	for _, mode := range []rls.FailureMode{rls.FailOpen, rls.FailClosed, rls.FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			h := start(t, observeYAML, rls.Options{Metrics: rls.NewMetrics(reg), FailureMode: mode})
+			// Made at 0 for the configured mode, so that an alert on
+			// their rate evaluates before the first failure.
+			before := scrape(t, reg)
+			for _, kind := range []string{"timeout", "canceled", "error"} {
+				if v := before.Value("envoy_rls_backend_errors_total", "kind="+kind, "mode="+mode.String()); v != 0 {
+					t.Errorf("kind %s mode %s before a failure: %v, want a series at 0 (-1: none)", kind, mode, v)
+				}
+			}
+			if all := before.ByLabelValues("envoy_rls_backend_errors_total"); len(all) != 3 {
+				t.Errorf("series before a failure: %v, want the 3 kinds of mode %s", all, mode)
+			}
+			h.store.Close()
+			_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "obs", Descriptors: []*commonv3.RateLimitDescriptor{desc("user", "u")}})
+			if (err == nil) != (mode == rls.FailOpen) {
+				t.Errorf("closed store: error %v", err)
+			}
+			if got := scrape(t, reg).Value("envoy_rls_backend_errors_total", "kind=error", "mode="+mode.String()); got != 1 {
+				t.Errorf("backend errors = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// A request the store's local fallback decided (it returns no error) is
+// a backend failure all the same, counted under mode local.
+func TestBackendFallbackIsCountedAsABackendError(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	h := start(t, observeYAML, rls.Options{Metrics: rls.NewMetrics(reg)})
-	h.store.Close()
-	h.call(t, "obs", desc("user", "u"))
-	if got := scrape(t, reg).Value("envoy_rls_backend_errors_total", "kind=error"); got != 1 {
-		t.Errorf("backend errors = %v, want 1", got)
+	h := start(t, observeYAML, rls.Options{Metrics: rls.NewMetrics(reg), FailureMode: rls.FailLocal})
+	h.svc.BackendFallback(context.DeadlineExceeded)
+	h.svc.BackendFallback(errors.New("dial tcp: connection refused"))
+	m := scrape(t, reg)
+	if got := m.Value("envoy_rls_backend_errors_total", "kind=timeout", "mode=local"); got != 1 {
+		t.Errorf("timeouts = %v, want 1", got)
+	}
+	if got := m.Value("envoy_rls_backend_errors_total", "kind=error", "mode=local"); got != 1 {
+		t.Errorf("errors = %v, want 1", got)
 	}
 }
 

@@ -229,6 +229,7 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 		s.prop = propagation.TraceContext{}
 	}
 	s.obs = newObservers(s.opts.Observers, s.opts.ObserverQueue, s.opts.Metrics.observerDrop)
+	s.opts.Metrics.failureMode(s.opts.FailureMode)
 	return s
 }
 
@@ -322,7 +323,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		var err error
 		allowed, err = s.apply(ctx, sc, now)
 		if err != nil {
-			s.opts.Metrics.backendError(err)
+			s.opts.Metrics.backendError(err, s.opts.FailureMode)
 			s.fails.failure(ctx, err, sc.budgetEnd)
 			code := "failed_open"
 			if s.opts.FailureMode != FailOpen {
