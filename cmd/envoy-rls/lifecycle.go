@@ -53,6 +53,10 @@ func (s *server) close() {
 		s.rlqs.Close()
 		s.rlqs = nil
 	}
+	if s.svc != nil {
+		// No more calls: the backend failure log stops probing.
+		s.svc.Close()
+	}
 	if s.store != nil {
 		// A Redis store writes back the hits allowed while Redis was away,
 		// for up to --shutdown-grace; the error names what it could not.

@@ -24,12 +24,23 @@ import (
 // with their count and causes, and a line when the backend answers again.
 // A summary is written when its interval ends (a timer), not with the next
 // failure, so counts never wait for traffic to be reported.
+//
+// When the store can be pinged (the Redis store), "recovered" means that
+// it answered a ping at the end of an interval without failures: a call
+// answered without an error proves nothing there (the local fallback, the
+// local deny cache and lease chunks answer without Redis). The ping runs
+// at the end of every interval until the backend answers, so the recovery
+// is logged without traffic too. A store that cannot be pinged recovers
+// at the end of an interval with successes and no failure.
 type failureLog struct {
 	log      *slog.Logger
 	interval time.Duration
 	mode     FailureMode
 	timeout  time.Duration // the backend timeout, for the causes
 	now      func() time.Time
+	// ping asks the backend whether it answers; nil when it cannot.
+	ping    func(context.Context) error
+	stopped atomic.Bool // Close: no more ticks
 	// failing is set from the first failure until the backend recovered:
 	// only then do successes need counting.
 	failing   atomic.Bool
@@ -45,9 +56,9 @@ type failureLog struct {
 	afterFor func(time.Duration, func()) // time.AfterFunc, replaced in tests
 }
 
-func newFailureLog(log *slog.Logger, interval time.Duration, mode FailureMode, timeout time.Duration) *failureLog {
+func newFailureLog(log *slog.Logger, interval time.Duration, mode FailureMode, timeout time.Duration, ping func(context.Context) error) *failureLog {
 	return &failureLog{
-		log: log, interval: interval, mode: mode, timeout: timeout, now: time.Now,
+		log: log, interval: interval, mode: mode, timeout: timeout, now: time.Now, ping: ping,
 		causes:   map[string]int{},
 		afterFor: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
 	}
@@ -98,12 +109,23 @@ func (f *failureLog) answer() string {
 	return "OK"
 }
 
+// fallback records a call the store's local fallback decided: a failure
+// of the backend, although the call returns no error (its success is not
+// one of the backend's).
+func (f *failureLog) fallback(err error) {
+	f.failure(context.Background(), err, notEnded)
+	f.succeeded.Add(-1)
+}
+
 // tick ends an interval: it writes the summary of the failures in it, or,
-// when there were none and calls succeeded, says the backend recovered.
+// when there were none and the backend answers again, says it recovered.
 func (f *failureLog) tick() {
+	if f.stopped.Load() {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ok := f.succeeded.Swap(0)
+	ok := max(f.succeeded.Swap(0), 0)
 	if f.count > 0 {
 		f.log.Warn("rate limit backend still failing", "failures", f.count, "succeeded", ok,
 			"in_last", f.interval.String(), "causes", f.summary(), "last_error", f.lastErr,
@@ -113,16 +135,53 @@ func (f *failureLog) tick() {
 		f.afterFor(f.interval, f.tick)
 		return
 	}
+	if f.ping != nil {
+		// Recovered only once the backend answers: ask it, without the
+		// lock (failures meanwhile are counted for the next interval).
+		f.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), f.pingTimeout())
+		err := f.ping(ctx)
+		cancel()
+		f.mu.Lock()
+		if err != nil || f.count > 0 {
+			// Still down, or failing again: ask again (or summarise) at
+			// the end of the next interval.
+			if !f.stopped.Load() {
+				f.afterFor(f.interval, f.tick)
+			}
+			return
+		}
+		f.recovered()
+		return
+	}
 	f.armed = false
 	if ok > 0 {
-		f.log.Info("rate limit backend recovered", "failures", f.total,
-			"failed_for", f.now().Sub(f.since).Round(time.Millisecond).String())
-		f.failing.Store(false)
-		f.total = 0
+		f.recovered()
 	}
 	// No failure and no success (no traffic): the next failure is
 	// reported at once, as still part of this outage.
 }
+
+// recovered logs the end of the outage (f.mu held).
+func (f *failureLog) recovered() {
+	f.armed = false
+	f.log.Info("rate limit backend recovered", "failures", f.total,
+		"failed_for", f.now().Sub(f.since).Round(time.Millisecond).String())
+	f.failing.Store(false)
+	f.total = 0
+}
+
+// pingTimeout bounds the recovery ping: the backend timeout, at most the
+// interval.
+func (f *failureLog) pingTimeout() time.Duration {
+	if f.timeout > 0 && f.timeout < f.interval {
+		return f.timeout
+	}
+	return f.interval
+}
+
+// stop ends the ticks (the service closed).
+func (f *failureLog) stop() { f.stopped.Store(true) }
 
 // summary lists the causes, most frequent first: "connection refused: 12;
 // timed out after 10ms (--backend-timeout): 3".
@@ -238,6 +297,6 @@ func budgetEnded(ctx context.Context, bd time.Time, err error) budgetEnd {
 func (s *Service) BackendFallback(err error) {
 	s.opts.Metrics.backendError(err, FailLocal)
 	if s.fails != nil {
-		s.fails.failure(context.Background(), err, notEnded)
+		s.fails.fallback(err)
 	}
 }

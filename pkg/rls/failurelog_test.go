@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
 )
@@ -19,6 +20,11 @@ import (
 // testFailureLog returns a failureLog whose timer is in the test's hands:
 // tick runs the summary due, pending says whether one is due.
 func testFailureLog(mode FailureMode) (f *failureLog, out *bytes.Buffer, clock *testutil.Clock, tick func() bool) {
+	return testPingedFailureLog(mode, nil)
+}
+
+// testPingedFailureLog is testFailureLog for a backend that ping asks.
+func testPingedFailureLog(mode FailureMode, ping func(context.Context) error) (f *failureLog, out *bytes.Buffer, clock *testutil.Clock, tick func() bool) {
 	out = &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 		if a.Key == slog.TimeKey {
@@ -27,7 +33,7 @@ func testFailureLog(mode FailureMode) (f *failureLog, out *bytes.Buffer, clock *
 		return a
 	}}))
 	clock = testutil.NewClock(testutil.Base)
-	f = newFailureLog(log, 10*time.Second, mode, 10*time.Millisecond)
+	f = newFailureLog(log, 10*time.Second, mode, 10*time.Millisecond, ping)
 	f.now = clock.Now
 	var due []func()
 	f.afterFor = func(d time.Duration, fn func()) {
@@ -134,6 +140,63 @@ func TestFailureLogQuietIntervalWithoutTraffic(t *testing.T) {
 	got := lines(out)
 	if len(got) != 2 || !strings.Contains(got[0], "answer=UNAVAILABLE") || !strings.Contains(got[1], "failures=1 ") || !strings.Contains(got[1], "failing_for=20s") {
 		t.Fatalf("after a quiet interval: %q", got)
+	}
+}
+
+// With a backend that can be pinged (a real redis-server here), the local
+// fallback's answers are no recovery: "recovered" is logged only once
+// Redis answers, and then also without traffic; a Redis that never
+// answered never "recovers", not at shutdown either.
+func TestFailureLogRecoversWhenTheBackendAnswers(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	client := srv.Client()
+	srv.Stop()
+	f, out, _, tick := testPingedFailureLog(FailLocal, func(ctx context.Context) error { return client.Ping(ctx).Err() })
+	refusedErr := fmt.Errorf("dial tcp 127.0.0.1:1: %w", syscall.ECONNREFUSED)
+	// Calls the fallback decided: each a failure, and an answer without
+	// an error that is not Redis's.
+	for i := 0; i < 3; i++ {
+		f.fallback(refusedErr)
+		f.success()
+	}
+	if got := lines(out); len(got) != 1 || !strings.Contains(got[0], `msg="rate limit backend failed"`) {
+		t.Fatalf("first failure: %q", got)
+	}
+	tick()
+	if got := lines(out); len(got) != 1 || !strings.Contains(got[0], `msg="rate limit backend still failing" failures=2 succeeded=0 `) {
+		t.Fatalf("summary of fallback calls: %q", got)
+	}
+	// Quiet while Redis is still down: no "recovered", and asked again
+	// at the end of every interval.
+	for i := 0; i < 3; i++ {
+		if !tick() {
+			t.Fatal("no probe due while Redis is down")
+		}
+	}
+	if got := lines(out); got != nil {
+		t.Fatalf("logged while Redis is down and no call came: %q", got)
+	}
+	// Redis back, no traffic: the next probe says so, once.
+	srv.Restart()
+	tick()
+	want := []string{`level=INFO msg="rate limit backend recovered" failures=3 failed_for=50s`}
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("recovery:\n got  %q\n want %q", got, want)
+	}
+	if tick() {
+		t.Fatal("a probe is due after recovery")
+	}
+	// Closed while failing: the ticks stop.
+	srv.Stop()
+	f.fallback(refusedErr)
+	lines(out)
+	f.stop()
+	tick()
+	if tick() {
+		t.Fatal("a tick is due after stop")
+	}
+	if got := lines(out); got != nil {
+		t.Fatalf("logged after stop: %q", got)
 	}
 }
 

@@ -213,7 +213,11 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	if s.opts.LogInterval <= 0 {
 		s.opts.LogInterval = DefaultLogInterval
 	}
-	s.fails = newFailureLog(s.log, s.opts.LogInterval, s.opts.FailureMode, s.opts.BackendTimeout)
+	var ping func(context.Context) error
+	if p, ok := store.(interface{ Ping(context.Context) error }); ok {
+		ping = p.Ping
+	}
+	s.fails = newFailureLog(s.log, s.opts.LogInterval, s.opts.FailureMode, s.opts.BackendTimeout, ping)
 	s.unknown = newSampleLog(s.log, "unknown domain: allowed without limits", time.Second)
 	s.unmatched = newSampleLog(s.log, "descriptor matches no rule: allowed without limit", time.Second)
 	s.config.Store(cfg)
@@ -233,9 +237,11 @@ func New(store backend.Store, cfg *descriptors.Config, opts Options) *Service {
 	return s
 }
 
-// Close stops the observers after they have taken every queued event. Call
-// it after the last ShouldRateLimit call; later decisions are not observed.
+// Close stops the observers after they have taken every queued event, and
+// the backend failure log's probe. Call it after the last ShouldRateLimit
+// call; later decisions are not observed.
 func (s *Service) Close() {
+	s.fails.stop()
 	if s.obs != nil {
 		s.obs.close()
 	}

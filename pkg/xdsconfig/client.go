@@ -180,6 +180,15 @@ func (c *Client) Version() (version, nacked string) {
 	return c.version, c.nacked
 }
 
+// serving says what answers calls meanwhile, for the log: the last config
+// applied, or none when none was yet.
+func (c *Client) serving() string {
+	if c.haveConfig.Load() {
+		return "the last good config keeps serving"
+	}
+	return "no config was received yet: calls are answered without one (UNKNOWN) until a valid one arrives"
+}
+
 // Run keeps a stream to the control plane until ctx ends, reconnecting with
 // backoff when it fails. It returns when ctx ends and closes the
 // connection.
@@ -196,7 +205,7 @@ func (c *Client) Run(ctx context.Context) {
 		}
 		wait := c.o.Backoff.wait(failures)
 		failures++
-		c.o.Logger.Warn("xDS stream to the control plane ended; the last config keeps serving",
+		c.o.Logger.Warn("xDS stream to the control plane ended; "+c.serving(),
 			"server", c.o.Addr, "error", err, "retry_in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
@@ -281,7 +290,7 @@ func (c *Client) handle(resp *discovery.DiscoveryResponse) (*discovery.Discovery
 			return req, true // reported already
 		}
 		c.nacked, c.nackedVer = err.Error(), resp.GetVersionInfo()
-		c.o.Logger.Error("xDS config refused (NACK); the last good config keeps serving",
+		c.o.Logger.Error("xDS config refused (NACK); "+c.serving(),
 			"version", resp.GetVersionInfo(), "errors", err.Error())
 		if c.o.Loaded != nil {
 			c.o.Loaded(err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/internal/xdstest"
 	"github.com/envoyrls/envoy-rls/pkg/descriptors"
 	"github.com/envoyrls/envoy-rls/pkg/xdsconfig"
@@ -270,3 +271,72 @@ func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return tru
 func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
 func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
 func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
+
+// The log says what serves while the control plane fails or refuses: no
+// config before the first one arrived, the last good one after.
+func TestClientLogSaysWhetherAConfigServes(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	cp := xdstest.Start(t, xdstest.ServerTLS(t, files.ServerCert, files.ServerKey, files.CA))
+	const domain = "default/eg-policy"
+	bad := egConfig(domain, 9)
+	bad.Descriptors[0].Descriptors[0].Descriptors[0].Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
+	cp.Set(t, bad)
+	var out testutil.SyncBuffer
+	tlsConf := files.ClientConfig(t)
+	tlsConf.ServerName = "localhost"
+	var a applied
+	c, err := xdsconfig.New(xdsconfig.Options{
+		Addr: cp.Addr, NodeID: xdstest.NodeID, TLS: tlsConf,
+		Backoff: xdsconfig.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		Apply: func(c *descriptors.Config) {
+			a.mu.Lock()
+			a.cfgs = append(a.cfgs, c)
+			a.mu.Unlock()
+		},
+		Logger: slog.New(slog.NewTextHandler(&out, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	const none = "no config was received yet"
+	line := func(msg string) string {
+		t.Helper()
+		var found string
+		testutil.WaitFor(t, 30*time.Second, msg+" logged", func() bool {
+			for _, l := range strings.Split(out.String(), "\n") {
+				if strings.Contains(l, msg) {
+					found = l
+					return true
+				}
+			}
+			return false
+		})
+		return found
+	}
+	if l := line("xDS config refused (NACK)"); !strings.Contains(l, none) || strings.Contains(l, "keeps serving") {
+		t.Errorf("NACK before any config: %s", l)
+	}
+	cp.Stop()
+	if l := line("xDS stream to the control plane ended"); !strings.Contains(l, none) || strings.Contains(l, "keeps serving") {
+		t.Errorf("stream ended before any config: %s", l)
+	}
+	cp.Restart(t)
+	cp.Set(t, egConfig(domain, 3))
+	select {
+	case <-c.FirstConfig():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no config applied within 30s")
+	}
+	before := len(out.String())
+	cp.Stop()
+	testutil.WaitFor(t, 30*time.Second, "stream end logged after a config", func() bool {
+		return strings.Contains(out.String()[before:], "xDS stream to the control plane ended")
+	})
+	if l := out.String()[before:]; !strings.Contains(l, "the last good config keeps serving") || strings.Contains(l, none) {
+		t.Errorf("stream ended after a config: %s", l)
+	}
+}
