@@ -29,7 +29,7 @@ const (
 	// defaultHTTPMaxConnections bounds the connections open at once on the
 	// HTTP listener: probes, Prometheus and /json clients need a few; each
 	// holds about 12 KB (buffers and a goroutine) for at most
-	// --http-idle-timeout, or 5 s until its headers.
+	// --http-idle-timeout, or --http-read-header-timeout until its headers.
 	defaultHTTPMaxConnections = 1024
 	// defaultGRPCStreamWorkers is the number of goroutines that run gRPC
 	// calls, each one call after another. Without them grpc-go starts a
@@ -62,10 +62,16 @@ const (
 	// was read: it bounds no memory, only how much is in transit.
 	grpcStreamWindow = 64 << 10
 	grpcConnWindow   = 1 << 20
-	// grpcConnectionTimeout bounds a new connection's TLS handshake and
-	// HTTP/2 preface: a client that opens a connection and sends nothing
-	// gives its slot back after it.
-	grpcConnectionTimeout = 10 * time.Second
+	// defaultFirstRequestTimeout bounds the time from a gRPC connection's
+	// accept to its first call: grpc-go's ConnectionTimeout bounds the TLS
+	// handshake and HTTP/2 preface by it, the listener the rest. Envoy
+	// opens a connection when it has a call to make.
+	defaultFirstRequestTimeout = 10 * time.Second
+	// defaultHTTPReservedConnections are the HTTP connections beyond
+	// --http-max-connections kept for health probes. A connection on them
+	// that asks for anything else is answered 503 as soon as its headers
+	// are read, and closed, so a flood of slow bodies holds none of them.
+	defaultHTTPReservedConnections = 128
 	// maxGRPCStreamWorkers bounds --grpc-stream-workers (each holds a
 	// goroutine and its stack for the process's life).
 	maxGRPCStreamWorkers = 1 << 16
@@ -82,9 +88,13 @@ const (
 	grpcKeepaliveTimeout = 20 * time.Second
 	// httpMaxHeaderBytes bounds an HTTP request's headers.
 	httpMaxHeaderBytes = 64 << 10
-	// httpReadHeaderTimeout bounds reading an HTTP request's headers (the
-	// whole request is bounded by --http-read-timeout).
-	httpReadHeaderTimeout = 5 * time.Second
+	// defaultHTTPReadHeaderTimeout bounds reading an HTTP request's
+	// headers (the whole request is bounded by --http-read-timeout); probes,
+	// scrapes and /json clients send theirs at once.
+	defaultHTTPReadHeaderTimeout = 2 * time.Second
+	// defaultHTTPReadTimeout bounds reading a whole HTTP request: /json
+	// bodies are small.
+	defaultHTTPReadTimeout = 5 * time.Second
 )
 
 // grpcServerOptions bounds what one gRPC client can hold: concurrent
@@ -102,7 +112,7 @@ func grpcServerOptions(o listenerOptions) []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(int(o.GRPCMaxRecvMsgSize)),
 		grpc.InitialWindowSize(grpcStreamWindow),
 		grpc.InitialConnWindowSize(grpcConnWindow),
-		grpc.ConnectionTimeout(grpcConnectionTimeout),
+		grpc.ConnectionTimeout(o.FirstRequestTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             grpcKeepaliveMinTime,
 			PermitWithoutStream: true,
@@ -124,7 +134,7 @@ func grpcServerOptions(o listenerOptions) []grpc.ServerOption {
 func newHTTPServer(o listenerOptions, handler http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: min(httpReadHeaderTimeout, o.HTTPReadTimeout),
+		ReadHeaderTimeout: min(o.HTTPReadHeaderTimeout, o.HTTPReadTimeout),
 		ReadTimeout:       o.HTTPReadTimeout,
 		WriteTimeout:      o.HTTPWriteTimeout,
 		IdleTimeout:       o.HTTPIdleTimeout,

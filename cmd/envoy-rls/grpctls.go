@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/envoyrls/envoy-rls/internal/certreload"
@@ -45,9 +44,9 @@ func (o grpcTLSOptions) validate() []error {
 	return errs
 }
 
-// serverOption returns the gRPC server's TLS credentials; the files are
+// credentials returns the gRPC server's TLS credentials; the files are
 // re-read when they change.
-func (o grpcTLSOptions) serverOption(log *slog.Logger) (grpc.ServerOption, error) {
+func (o grpcTLSOptions) credentials(log *slog.Logger) (credentials.TransportCredentials, error) {
 	srv, err := certreload.New(certreload.Options{
 		CertFile: o.Cert, KeyFile: o.Key,
 		ClientCAFile: o.ClientCA, ClientSAN: o.ClientSAN,
@@ -56,5 +55,5 @@ func (o grpcTLSOptions) serverOption(log *slog.Logger) (grpc.ServerOption, error
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key/--grpc-tls-client-ca: %v", err)
 	}
-	return grpc.Creds(credentials.NewTLS(srv.Config())), nil
+	return credentials.NewTLS(srv.Config()), nil
 }

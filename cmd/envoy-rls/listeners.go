@@ -36,10 +36,13 @@ type listenerOptions struct {
 	GRPCMaxConnectionAgeGrace time.Duration
 	GRPCMaxConnections        int
 	GRPCMaxConnectionIdle     time.Duration
+	FirstRequestTimeout       time.Duration
+	HTTPReadHeaderTimeout     time.Duration
 	HTTPReadTimeout           time.Duration
 	HTTPWriteTimeout          time.Duration
 	HTTPIdleTimeout           time.Duration
 	HTTPMaxConnections        int
+	HTTPReservedConnections   int
 }
 
 // addFlags defines the addresses under main and the bounds of connections
@@ -57,12 +60,15 @@ func (o *listenerOptions) addFlags(main, bounds *flagSet) {
 	bounds.TextVar(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", &o.GRPCMaxRecvMsgSize, "largest gRPC request accepted (larger ones get RESOURCE_EXHAUSTED), e.g. 64KiB; bounds request memory to about this times --grpc-max-concurrent-streams per connection")
 	bounds.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", defaultGRPCMaxConnectionAge, "close a gRPC connection gracefully after this long (the reference's GRPC_MAX_CONNECTION_AGE)")
 	bounds.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", defaultGRPCMaxConnectionAgeGrace, "calls in progress may finish this long after --grpc-max-connection-age (the reference's GRPC_MAX_CONNECTION_AGE_GRACE)")
-	bounds.IntVar(&o.GRPCMaxConnections, "grpc-max-connections", defaultGRPCMaxConnections, "most gRPC connections open at once; a connection beyond it is closed as soon as it is accepted")
+	bounds.IntVar(&o.GRPCMaxConnections, "grpc-max-connections", defaultGRPCMaxConnections, "most gRPC connections open at once; at the limit a new one evicts (GOAWAY) the oldest that never sent a call or the least recently active idle one, if silent or idle for 1s, or else is closed as soon as it is accepted")
 	bounds.DurationVar(&o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", defaultGRPCMaxConnectionIdle, "close a gRPC connection gracefully (GOAWAY) after it has had no call in progress for this long; Envoy reconnects at its next call")
-	bounds.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "longest time to read an HTTP request, body included")
+	bounds.DurationVar(&o.FirstRequestTimeout, "first-request-timeout", defaultFirstRequestTimeout, "close (GOAWAY) a gRPC connection that has not started a call this long after it was accepted, TLS handshake included")
+	bounds.DurationVar(&o.HTTPReadHeaderTimeout, "http-read-header-timeout", defaultHTTPReadHeaderTimeout, "longest time to read an HTTP request's headers (a connection that sends none is closed after it)")
+	bounds.DurationVar(&o.HTTPReadTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest time to read an HTTP request, body included")
 	bounds.DurationVar(&o.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "longest time to handle an HTTP request and write its response")
 	bounds.DurationVar(&o.HTTPIdleTimeout, "http-idle-timeout", 60*time.Second, "close an idle HTTP keep-alive connection after this long")
-	bounds.IntVar(&o.HTTPMaxConnections, "http-max-connections", defaultHTTPMaxConnections, "most connections open at once on the HTTP listener (--http-addr); one beyond it is closed as soon as it is accepted")
+	bounds.IntVar(&o.HTTPMaxConnections, "http-max-connections", defaultHTTPMaxConnections, "most connections open at once on the HTTP listener (--http-addr); at the limit a new one evicts the oldest that never completed its request headers or the least recently active idle one, if silent or idle for 1s, or else goes on the reserve (--http-reserved-connections) or is closed as soon as it is accepted")
+	bounds.IntVar(&o.HTTPReservedConnections, "http-reserved-connections", defaultHTTPReservedConnections, "connections accepted beyond --http-max-connections that may only ask for /healthz, /healthcheck or /metrics (others get 503 before their body is read), so that probes answer while the port is flooded")
 }
 
 // validate checks the listeners' settings; c names where a value came
@@ -87,6 +93,9 @@ func (o listenerOptions) validate(c *command) []error {
 	if o.HTTPMaxConnections < 1 {
 		errs = append(errs, errors.New("--http-max-connections must be at least 1"))
 	}
+	if o.HTTPReservedConnections < 0 {
+		errs = append(errs, errors.New("--http-reserved-connections must not be negative"))
+	}
 	if o.GRPCMaxRecvMsgSize < minGRPCMaxRecvMsgSize || o.GRPCMaxRecvMsgSize > maxGRPCMaxRecvMsgSize {
 		errs = append(errs, fmt.Errorf("%s: want %s to %s", c.value("grpc-max-recv-msg-size", formatSize(uint64(o.GRPCMaxRecvMsgSize))), formatSize(minGRPCMaxRecvMsgSize), formatSize(maxGRPCMaxRecvMsgSize)))
 	}
@@ -97,6 +106,8 @@ func (o listenerOptions) validate(c *command) []error {
 		{"--grpc-max-connection-age", o.GRPCMaxConnectionAge},
 		{"--grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace},
 		{"--grpc-max-connection-idle", o.GRPCMaxConnectionIdle},
+		{"--first-request-timeout", o.FirstRequestTimeout},
+		{"--http-read-header-timeout", o.HTTPReadHeaderTimeout},
 		{"--http-read-timeout", o.HTTPReadTimeout},
 		{"--http-write-timeout", o.HTTPWriteTimeout},
 		{"--http-idle-timeout", o.HTTPIdleTimeout},

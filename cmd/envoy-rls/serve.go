@@ -231,11 +231,11 @@ func (s *server) newGRPCServer() error {
 		opts = append(opts, o.RLQS.serverOptions(o.Listen)...)
 	}
 	if o.GRPCTLS.on() {
-		creds, err := o.GRPCTLS.serverOption(s.log)
+		creds, err := o.GRPCTLS.credentials(s.log)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, creds)
+		opts = append(opts, grpc.Creds(h2Credentials{creds}))
 	}
 	s.grpcSrv, s.health = rls.NewGRPCServer(s.svc, opts...)
 	s.startRLQS()
@@ -289,9 +289,10 @@ func (s *server) openListeners() error {
 	if s.grpcLis, err = listen(o.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	limited := newLimitListener(s.grpcLis, o.GRPCMaxConnections)
+	limited := grpcConnListener(s.grpcLis, o.GRPCMaxConnections, o.FirstRequestTimeout, s.o.GRPCTLS.on())
 	s.grpcLis = limited
-	if err := limited.register(s.reg, rls.GRPCConnections, rls.GRPCConnectionsRefused); err != nil {
+	if err := limited.register(s.reg, connMetrics{open: rls.GRPCConnections, refused: rls.GRPCConnectionsRefused,
+		evicted: rls.GRPCConnectionsEvicted, firstRequestTimeouts: rls.GRPCFirstRequestTimeouts}); err != nil {
 		return err
 	}
 	if o.HTTPAddr == "" {
@@ -300,9 +301,10 @@ func (s *server) openListeners() error {
 	if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	limited = newLimitListener(s.httpLis, o.HTTPMaxConnections)
+	limited = newLimitListener(s.httpLis, o.HTTPMaxConnections, o.HTTPReservedConnections)
 	s.httpLis = limited
-	if err := limited.register(s.reg, rls.HTTPConnections, rls.HTTPConnectionsRefused); err != nil {
+	if err := limited.register(s.reg, connMetrics{open: rls.HTTPConnections, refused: rls.HTTPConnectionsRefused,
+		evicted: rls.HTTPConnectionsEvicted, reserved: rls.HTTPConnectionsReserved}); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
@@ -324,9 +326,15 @@ func (s *server) openListeners() error {
 	})
 	mux.Handle("/json", s.svc.JSONHandler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
-	s.httpSrv = newHTTPServer(o, mux)
+	s.httpSrv = newHTTPServer(o, limited.httpHandler(mux, healthPaths))
+	limited.trackHTTP(s.httpSrv)
 	return nil
 }
+
+// healthPaths are the paths a connection on the HTTP reserve may ask for:
+// readiness, and /metrics, which deploy/kubernetes probes for liveness
+// (and Prometheus scrapes, most wanted during a flood).
+var healthPaths = map[string]bool{"/healthz": true, "/healthcheck": true, "/metrics": true}
 
 // newStore builds the configured backend.
 func newStore(o options, reg prometheus.Registerer, log *slog.Logger, onFallback func(error)) (backend.Store, error) {

@@ -562,8 +562,12 @@ var (
 
 // The listeners' connections (cmd/envoy-rls).
 var (
-	GRPCConnections        = StoreMetric{Name: "envoy_rls_grpc_connections", Help: "Connections open now on the grpc listener (at most --grpc-max-connections).", Gauge: true}
-	GRPCConnectionsRefused = StoreMetric{Name: "envoy_rls_grpc_connections_refused_total", Help: "Connections of the grpc listener closed as soon as they were accepted because --grpc-max-connections were open."}
-	HTTPConnections        = StoreMetric{Name: "envoy_rls_http_connections", Help: "Connections open now on the http listener (at most --http-max-connections).", Gauge: true}
-	HTTPConnectionsRefused = StoreMetric{Name: "envoy_rls_http_connections_refused_total", Help: "Connections of the http listener closed as soon as they were accepted because --http-max-connections were open."}
+	GRPCConnections          = StoreMetric{Name: "envoy_rls_grpc_connections", Help: "Connections open now on the grpc listener (at most --grpc-max-connections, plus evicted ones still closing).", Gauge: true}
+	GRPCConnectionsRefused   = StoreMetric{Name: "envoy_rls_grpc_connections_refused_total", Help: "Connections of the grpc listener closed as soon as they were accepted because --grpc-max-connections were open and none could be evicted."}
+	GRPCConnectionsEvicted   = StoreMetric{Name: "envoy_rls_grpc_connections_evicted_total", Help: "Connections of the grpc listener closed gracefully (GOAWAY) to admit a new one at --grpc-max-connections: the oldest without a call, or the least recently active idle one."}
+	GRPCFirstRequestTimeouts = StoreMetric{Name: "envoy_rls_grpc_first_request_timeouts_total", Help: "Connections of the grpc listener closed gracefully (GOAWAY) because they started no call within --first-request-timeout."}
+	HTTPConnections          = StoreMetric{Name: "envoy_rls_http_connections", Help: "Connections open now on the http listener (at most --http-max-connections plus --http-reserved-connections).", Gauge: true}
+	HTTPConnectionsRefused   = StoreMetric{Name: "envoy_rls_http_connections_refused_total", Help: "Connections of the http listener closed as soon as they were accepted because --http-max-connections and --http-reserved-connections were open and none could be evicted."}
+	HTTPConnectionsEvicted   = StoreMetric{Name: "envoy_rls_http_connections_evicted_total", Help: "Connections of the http listener closed to admit a new one at the limit: the oldest that had not completed its request headers, or the least recently active idle keep-alive one."}
+	HTTPConnectionsReserved  = StoreMetric{Name: "envoy_rls_http_connections_reserved_total", Help: "Connections of the http listener admitted beyond --http-max-connections on --http-reserved-connections: they are served /healthz, /healthcheck and /metrics only."}
 )

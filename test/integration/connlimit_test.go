@@ -161,11 +161,12 @@ func (c *rawH2) isClosed() bool {
 
 // TestConnectionsBeyondTheLimitAreClosed: with --grpc-max-connections 4 and
 // one gRPC client connected, 40 more raw connections are opened: 3 are
-// served, the other 37 are closed at once (and counted), and calls on the
-// first connection go on.
+// served, the other 37 are closed at once (and counted: refused, or, where
+// the dials took longer than the eviction minimum age, evicting an older
+// raw one), and calls on the first connection go on.
 func TestConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	const limit, extra = 4, 40
-	p := startServe(t, nil, "--config", boundsConfig(t), "--grpc-max-connections", strconv.Itoa(limit))
+	p := startServe(t, nil, "--config", boundsConfig(t), "--grpc-max-connections", strconv.Itoa(limit), "--first-request-timeout", "10m")
 	call := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -195,10 +196,11 @@ func TestConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 		}
 	}
 	refused := metricValue(t, p, "envoy_rls_grpc_connections_refused_total")
+	evicted := metricValue(t, p, "envoy_rls_grpc_connections_evicted_total")
 	now := metricValue(t, p, "envoy_rls_grpc_connections")
-	t.Logf("%d connections beyond one client's: %d still open, %v refused, %v open by the metric", extra, open, refused, now)
-	if open != limit-1 || refused != extra-(limit-1) || now != limit {
-		t.Errorf("%d raw connections open, %v refused, gauge %v; want %d, %d, %d", open, refused, now, limit-1, extra-(limit-1), limit)
+	t.Logf("%d connections beyond one client's: %d still open, %v refused, %v evicted, %v open by the metric", extra, open, refused, evicted, now)
+	if open != limit-1 || refused+evicted != extra-(limit-1) || now != limit {
+		t.Errorf("%d raw connections open, %v refused + %v evicted, gauge %v; want %d, %d, %d", open, refused, evicted, now, limit-1, extra-(limit-1), limit)
 	}
 	for i := range 20 {
 		if err := call(); err != nil {
@@ -292,14 +294,14 @@ func TestPartialStreamsOnManyConnections(t *testing.T) {
 	}
 }
 
-// TestHTTPConnectionsBeyondTheLimitAreClosed: with --http-max-connections 4,
-// 30 idle connections to the HTTP port: all but 4 (3 if the test client's
-// keep-alive connection still holds a slot) are closed at once, long before
-// the 5 s header timeout would close them, and counted; once they are gone
-// the port answers again.
+// TestHTTPConnectionsBeyondTheLimitAreClosed: with --http-max-connections 4
+// and no reserve, 30 idle connections to the HTTP port: all but 4 (3 if the
+// test client's keep-alive connection still holds a slot) are closed at
+// once, long before the header timeout would close them, and counted; once
+// they are gone the port answers again.
 func TestHTTPConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	const limit, extra = 4, 30
-	p := startServe(t, nil, "--config", boundsConfig(t), "--http-max-connections", strconv.Itoa(limit))
+	p := startServe(t, nil, "--config", boundsConfig(t), "--http-max-connections", strconv.Itoa(limit), "--http-reserved-connections", "0")
 	httpClient.CloseIdleConnections()
 	addr := p.httpURL[len("http://"):]
 	probe := schedprobe.Start()

@@ -1,0 +1,296 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/envoyrls/envoy-rls/internal/schedprobe"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+)
+
+// evictMinAge is cmd/envoy-rls's: a connection silent or idle for less is
+// never evicted.
+const evictMinAge = time.Second
+
+// caller makes calls on conn one after another every interval until stop
+// is called, which returns the number of calls and the errors.
+func caller(conn *grpc.ClientConn, interval time.Duration) (stop func() (int, []error)) {
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	done := make(chan struct{})
+	var (
+		wg    sync.WaitGroup
+		calls int
+		errs  []error
+	)
+	wg.Go(func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bounds", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("blob", "x")}})
+			cancel()
+			calls++
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	})
+	return func() (int, []error) { close(done); wg.Wait(); return calls, errs }
+}
+
+// TestIdleHTTP2FloodDoesNotLockOut: 5,000 HTTP/2 connections that send
+// the preface and nothing else, against the default 4,096 gRPC
+// connections. The first 4,095 (one client holds a slot) are let age past
+// the eviction minimum; each further one evicts the oldest of them with a
+// GOAWAY. A client calling throughout, and one that connects after the
+// flood, get every call answered; the evictions are counted and each
+// evicted connection is closed. (--first-request-timeout is raised so
+// that it closes none of them first.)
+func TestIdleHTTP2FloodDoesNotLockOut(t *testing.T) {
+	const limit, flood = 4096, 5000
+	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t), "--first-request-timeout", "10m")
+	stopA := caller(p.conn, 10*time.Millisecond)
+	var conns []*rawH2
+	for range limit - 1 {
+		conns = append(conns, dialRawH2(t, p.grpcAddr))
+	}
+	testutil.WaitEvery(t, procPoll, 60*time.Second, "the slots to fill", func() bool {
+		return metricValue(t, p, "envoy_rls_grpc_connections") == limit
+	})
+	time.Sleep(evictMinAge) // the silent connections are now evictable
+	for range flood - (limit - 1) {
+		conns = append(conns, dialRawH2(t, p.grpcAddr))
+	}
+	connB, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connB.Close()
+	stopB := caller(connB, 10*time.Millisecond)
+	var evicted, refused float64
+	testutil.WaitEvery(t, procPoll, 60*time.Second, "each connection beyond the limit to evict one or be refused", func() bool {
+		evicted = metricValue(t, p, "envoy_rls_grpc_connections_evicted_total")
+		refused = metricValue(t, p, "envoy_rls_grpc_connections_refused_total")
+		return evicted+refused >= flood-(limit-1)+1 // and client B's
+	})
+	closed, goaway := 0, 0
+	testutil.WaitEvery(t, procPoll, 60*time.Second, "the evicted and refused connections to be closed", func() bool {
+		closed, goaway = 0, 0
+		for _, c := range conns {
+			if c.isClosed() {
+				closed++
+			}
+			select {
+			case <-c.goaway:
+				goaway++
+			default:
+			}
+		}
+		return closed >= int(evicted+refused)-1
+	})
+	time.Sleep(500 * time.Millisecond) // calls go on after the flood
+	callsA, errsA := stopA()
+	callsB, errsB := stopB()
+	t.Logf("%d silent connections: %v evicted, %v refused; %d closed, %d of them after a GOAWAY; client A %d calls, %d failed; client B (connected after the flood) %d calls, %d failed",
+		flood, evicted, refused, closed, goaway, callsA, len(errsA), callsB, len(errsB))
+	for _, errs := range [][]error{errsA, errsB} {
+		for i, err := range errs {
+			if i < 3 {
+				t.Errorf("call failed: %v", err)
+			}
+		}
+	}
+	if evicted < 1 || goaway < int(evicted)-1 {
+		t.Errorf("%v evicted, %d GOAWAYs received: want evictions, each with a GOAWAY", evicted, goaway)
+	}
+	if callsA < 10 || callsB < 10 {
+		t.Errorf("clients made %d and %d calls, want at least 10 each", callsA, callsB)
+	}
+	if open := metricValue(t, p, "envoy_rls_grpc_connections"); open > limit {
+		t.Errorf("%v gRPC connections open after the flood, want at most %d", open, limit)
+	}
+}
+
+// TestSlowBodyWavesKeepHealthAnswering: waves of 1,100 HTTP clients that
+// send a POST's headers and then trickle its body, one wave every 10 s
+// (3 waves), against the default 1,024 HTTP connections. Meanwhile a
+// probe asks /healthz on a new connection every 100 ms, as kubelet does,
+// and gRPC health: every probe succeeds. The clients beyond the limit get
+// a slot of the reserve and 503 as soon as their headers are read.
+func TestSlowBodyWavesKeepHealthAnswering(t *testing.T) {
+	const waves, wave, period = 3, 1100, 10 * time.Second
+	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t))
+	addr := p.httpURL[len("http://"):]
+	probeClient := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	health := healthpb.NewHealthClient(p.conn)
+	done := make(chan struct{})
+	var (
+		probes, probeFails atomic.Int64
+		failMu             sync.Mutex
+		failures           []string
+	)
+	fail := func(s string) {
+		probeFails.Add(1)
+		failMu.Lock()
+		failures = append(failures, s)
+		failMu.Unlock()
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			probes.Add(1)
+			resp, err := probeClient.Get(p.httpURL + "/healthz")
+			if err != nil {
+				fail(fmt.Sprintf("%s /healthz: %v", time.Now().Format("15:04:05.000"), err))
+			} else {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					fail(fmt.Sprintf("%s /healthz: %d", time.Now().Format("15:04:05.000"), resp.StatusCode))
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			hr, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
+				fail(fmt.Sprintf("%s gRPC health: %v %v", time.Now().Format("15:04:05.000"), hr, err))
+			}
+		}
+	})
+	var attackers sync.WaitGroup
+	var dialFailed, heldNanos, held atomic.Int64
+	slowBody := func() {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			dialFailed.Add(1)
+			return
+		}
+		defer c.Close()
+		start := time.Now()
+		defer func() { heldNanos.Add(int64(time.Since(start))); held.Add(1) }()
+		if _, err := fmt.Fprintf(c, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
+			return
+		}
+		closed := make(chan struct{})
+		go func() { io.Copy(io.Discard, c); close(closed) }()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-closed:
+				return
+			case <-tick.C:
+				if _, err := c.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}
+	next := time.Now()
+	for range waves {
+		time.Sleep(time.Until(next))
+		next = next.Add(period)
+		for range wave {
+			attackers.Go(slowBody)
+		}
+	}
+	time.Sleep(time.Until(next))
+	close(done)
+	wg.Wait()
+	attackers.Wait()
+	reserved := metricValue(t, p, "envoy_rls_http_connections_reserved_total")
+	refused := metricValue(t, p, "envoy_rls_http_connections_refused_total")
+	evicted := metricValue(t, p, "envoy_rls_http_connections_evicted_total")
+	t.Logf("%d waves of %d slow bodies, held for %v on average: %d probes (HTTP and gRPC), %d failed; %v connections on the reserve, %v evicted, %v refused, %d dials failed",
+		waves, wave, time.Duration(heldNanos.Load()/max(held.Load(), 1)), probes.Load(), probeFails.Load(), reserved, evicted, refused, dialFailed.Load())
+	for i, f := range failures {
+		if i < 5 {
+			t.Errorf("probe failed: %s", f)
+		}
+	}
+	if probes.Load() < 100 {
+		t.Errorf("%d probes, want at least 100", probes.Load())
+	}
+	if reserved < 1 {
+		t.Errorf("no connection went on the reserve: the waves did not reach the limit")
+	}
+}
+
+// TestSilentConnectionIsClosedAfterFirstRequestTimeout: with
+// --first-request-timeout 1s, an HTTP/2 connection that sends its preface
+// and no call gets a GOAWAY and is closed after about 1 s, and is counted;
+// a TCP connection that sends nothing is closed too (grpc-go's
+// ConnectionTimeout); a connection that made a call stays open. The bound
+// allowed is the timeout plus the scheduling delay measured meanwhile,
+// doubled.
+func TestSilentConnectionIsClosedAfterFirstRequestTimeout(t *testing.T) {
+	const timeout = time.Second
+	p := startServe(t, nil, "--config", boundsConfig(t), "--first-request-timeout", timeout.String())
+	probe := schedprobe.Start()
+	start := time.Now()
+	silent := dialRawH2(t, p.grpcAddr)
+	nothing, err := net.Dial("tcp", p.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nothing.Close()
+	nothingClosed := make(chan time.Duration, 1)
+	go func() { io.Copy(io.Discard, nothing); nothingClosed <- time.Since(start) }()
+	used := dialRawH2(t, p.grpcAddr)
+	used.partialStreams(1, 100)
+	select {
+	case <-silent.closed:
+	case <-time.After(30 * timeout):
+		t.Fatalf("silent connection still open after %v", 30*timeout)
+	}
+	took := time.Since(start)
+	var tookNothing time.Duration
+	select {
+	case tookNothing = <-nothingClosed:
+	case <-time.After(30 * timeout):
+		t.Fatalf("connection that sent nothing still open after %v", 30*timeout)
+	}
+	slack := probe.Stop()
+	t.Logf("silent HTTP/2 connection closed after %v, silent TCP connection after %v (scheduling slack %v)", took, tookNothing, slack)
+	select {
+	case <-silent.goaway:
+	default:
+		t.Error("the silent HTTP/2 connection was closed without a GOAWAY")
+	}
+	for _, d := range []time.Duration{took, tookNothing} {
+		if d < timeout || d > 2*(timeout+slack) {
+			t.Errorf("closed after %v, want about %v (measured scheduling slack %v)", d, timeout, slack)
+		}
+	}
+	if used.isClosed() {
+		t.Error("the connection with a call in progress was closed")
+	}
+	if n := metricValue(t, p, "envoy_rls_grpc_first_request_timeouts_total"); n != 1 {
+		t.Errorf("%v first-request timeouts counted, want 1", n)
+	}
+}
