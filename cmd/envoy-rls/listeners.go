@@ -145,15 +145,34 @@ type sideListeners struct {
 	attrs   []any
 }
 
-func startSideListeners(o listenerOptions, svc *rls.Service, reg *prometheus.Registry, log *slog.Logger) (*sideListeners, error) {
+// listenError is the error of a listener that could not open on addr,
+// naming what sets the address: the flag and its variable, or the
+// reference's variables when they set it.
+func (o options) listenError(name, flagName, addr string, err error) error {
+	return fmt.Errorf("%s listener on %s: %w; %s", name, addr, err, o.addrHint(flagName, addr))
+}
+
+// addrHint says what to change for another listen address of flagName,
+// whose value is addr.
+func (o options) addrHint(flagName, addr string) string {
+	if o.reference != nil {
+		if st, ok := o.reference.Lookup(flagName); ok && st.Value == addr && len(st.Vars) > 0 {
+			return fmt.Sprintf("the address comes from the reference's %s (--%s): change %s, or give --%s",
+				strings.Join(st.Vars, " and "), flagName, strings.Join(st.Vars, " or "), flagName)
+		}
+	}
+	return fmt.Sprintf("change --%s (env %s) to a free address", flagName, envName(flagName))
+}
+
+func startSideListeners(o options, svc *rls.Service, reg *prometheus.Registry, log *slog.Logger) (*sideListeners, error) {
 	sl := &sideListeners{}
 	start := func(name, addr string, h http.Handler) error {
 		lis, err := listen(addr)
 		if err != nil {
 			sl.close()
-			return fmt.Errorf("%s listener: %w", name, err)
+			return o.listenError(name, name+"-addr", addr, err)
 		}
-		srv := newHTTPServer(o, h)
+		srv := newHTTPServer(o.Listen, h)
 		if name == "debug" {
 			srv.WriteTimeout = 0 // CPU profiles and traces take their time
 		}
@@ -166,15 +185,15 @@ func startSideListeners(o listenerOptions, svc *rls.Service, reg *prometheus.Reg
 		}()
 		return nil
 	}
-	if o.DebugAddr != "" {
-		if err := start("debug", o.DebugAddr, debugsrv.Handler(svc.Config)); err != nil {
+	if o.Listen.DebugAddr != "" {
+		if err := start("debug", o.Listen.DebugAddr, debugsrv.Handler(svc.Config)); err != nil {
 			return nil, err
 		}
 	}
-	if o.MetricsAddr != "" {
+	if o.Listen.MetricsAddr != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET "+o.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		if err := start("metrics", o.MetricsAddr, mux); err != nil {
+		mux.Handle("GET "+o.Listen.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if err := start("metrics", o.Listen.MetricsAddr, mux); err != nil {
 			return nil, err
 		}
 	}

@@ -99,7 +99,7 @@ func build(ctx context.Context, o options, logOut io.Writer) (*server, error) {
 	if err := s.openListeners(); err != nil {
 		return s, err
 	}
-	if s.extra, err = startSideListeners(o.Listen, s.svc, s.reg, s.log); err != nil {
+	if s.extra, err = startSideListeners(o, s.svc, s.reg, s.log); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -287,7 +287,7 @@ func (s *server) openListeners() error {
 	o := s.o.Listen
 	var err error
 	if s.grpcLis, err = listen(o.GRPCAddr); err != nil {
-		return fmt.Errorf("gRPC listener: %w", err)
+		return s.o.listenError("gRPC", "grpc-addr", o.GRPCAddr, err)
 	}
 	limited := grpcConnListener(s.grpcLis, o.GRPCMaxConnections, o.FirstRequestTimeout, s.o.GRPCTLS.on())
 	s.grpcLis = limited
@@ -299,7 +299,7 @@ func (s *server) openListeners() error {
 		return nil
 	}
 	if s.httpLis, err = net.Listen("tcp", o.HTTPAddr); err != nil {
-		return fmt.Errorf("HTTP listener: %w", err)
+		return s.o.listenError("HTTP", "http-addr", o.HTTPAddr, err)
 	}
 	limited = newLimitListener(s.httpLis, o.HTTPMaxConnections, o.HTTPReservedConnections)
 	s.httpLis = limited

@@ -2,6 +2,7 @@ package refenv
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -142,9 +143,17 @@ func (t *translator) redis(r redisVars) (tlsOn bool) {
 	case "SINGLE":
 		t.ignore(r.v+"SENTINEL_AUTH", r.v+"TYPE is not SENTINEL")
 		if socket == "unix" {
-			if tlsOn {
+			if looksLikeHostPort(rawURL) {
+				how := "its default"
+				if t.isSet(r.v + "SOCKET_TYPE") {
+					how = "set so"
+				}
+				t.errs = append(t.errs, fmt.Errorf("%sURL=%q is a host:port, but %sSOCKET_TYPE is unix (%s), which wants a socket path: set %sSOCKET_TYPE=tcp",
+					r.v, rawURL, r.v, how, r.v))
+			} else if tlsOn {
 				t.unsupported(r.v+"TLS", "true", "TLS over a unix socket")
 			}
+			// Set even on error: Selectors names the flag of each variable.
 			u := url.URL{Scheme: "unix", Path: rawURL, User: user}
 			t.set(r.flag+"url", u.String(), urlVars...)
 			break
@@ -287,3 +296,17 @@ var perSecondVars = []string{"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYP
 // envoy-rls (tracing).
 var handledElsewhere = []string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
 	"TRACING_SERVICE_INSTANCE_ID", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}
+
+// looksLikeHostPort reports a Redis address given as host:port (no path
+// separator, a numeric port), which a unix socket path is not.
+func looksLikeHostPort(s string) bool {
+	if strings.Contains(s, "/") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n <= 65535
+}

@@ -26,6 +26,9 @@ type Setting struct {
 	Flag  string // the flag name without dashes, e.g. "grpc-addr"
 	Value string
 	From  string // the variables it comes from, or "reference default"
+	// Vars are the variables that set it, whether or not they are set
+	// (to name what to change).
+	Vars []string
 }
 
 // Ignored is a variable that was set but has no meaning for envoy-rls.
@@ -148,11 +151,11 @@ func (t *translator) set(flag, value string, from ...string) {
 	}
 	for i := range t.res.Settings {
 		if t.res.Settings[i].Flag == flag {
-			t.res.Settings[i] = Setting{Flag: flag, Value: value, From: src}
+			t.res.Settings[i] = Setting{Flag: flag, Value: value, From: src, Vars: from}
 			return
 		}
 	}
-	t.res.Settings = append(t.res.Settings, Setting{Flag: flag, Value: value, From: src})
+	t.res.Settings = append(t.res.Settings, Setting{Flag: flag, Value: value, From: src, Vars: from})
 }
 
 // isSet reports a variable that is set (even to "").

@@ -98,6 +98,10 @@ func TestEveryVariable(t *testing.T) {
 		{map[string]string{"BACKEND_TYPE": "memcache"}, []want{{err: "BACKEND_TYPE=memcache is not supported"}}},
 		{map[string]string{"BACKEND_TYPE": "etcd"}, []want{{err: `BACKEND_TYPE="etcd"`}}},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, []want{{flag: "redis-url", value: "redis://redis:6379"}}},
+		// A host:port under the default unix socket type says what to set.
+		{map[string]string{"REDIS_URL": "redis:6379"}, []want{{err: `REDIS_URL="redis:6379" is a host:port, but REDIS_SOCKET_TYPE is unix (its default), which wants a socket path: set REDIS_SOCKET_TYPE=tcp`}}},
+		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "10.0.0.7:6379"}, []want{{err: `REDIS_SOCKET_TYPE is unix (set so), which wants a socket path: set REDIS_SOCKET_TYPE=tcp`}}},
+		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "rps:6380", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"}, []want{{err: "set REDIS_PERSECOND_SOCKET_TYPE=tcp"}}},
 		{map[string]string{"REDIS_URL": "/run/redis.sock"}, []want{{flag: "redis-url", value: "unix:///run/redis.sock"}}},
 		{map[string]string{"REDIS_SOCKET_TYPE": "udp"}, []want{{err: `REDIS_SOCKET_TYPE="udp"`}}},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2"}, []want{{err: "a list needs REDIS_TYPE=SENTINEL or CLUSTER"}}},
