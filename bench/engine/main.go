@@ -4,6 +4,7 @@
 //   - floor: envoy-rls-floor, an RLS that answers OK without looking;
 //   - memory: envoy-rls on the embedded store;
 //   - redis: envoy-rls on a redis-server it starts itself;
+//   - lease, approximate: the same with --consistency lease or approximate;
 //   - reference: envoyproxy/ratelimit on its own redis-server, when
 //     --ref-bin (REF_BIN) names a built binary;
 //   - redis-b, when --systems names it: envoy-rls on its own redis-server
@@ -83,7 +84,7 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 50, "concurrent gRPC callers")
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections shared by the callers")
 	fs.StringVar(&keys, "keys", "10000,zipf10000,1", "scenarios: distinct descriptor values (1 = one hot key; zipfN: N values drawn with Zipf s = 1.1, else in turn), comma-separated")
-	fs.StringVar(&systems, "systems", "floor,memory,redis,lease,reference", "systems to run (reference only with --ref-bin; lease: redis with --consistency lease)")
+	fs.StringVar(&systems, "systems", "floor,memory,redis,lease,approximate,reference", "systems to run (reference only with --ref-bin; lease, approximate: redis with --consistency lease, approximate)")
 	fs.StringVar(&o.extraArgs, "redis-args", "", "extra flags for envoy-rls on Redis, space-separated (e.g. --redis-batch-window=50us)")
 	fs.StringVar(&o.binB, "redis-b-bin", "", "system redis-b (A/B runs): this envoy-rls binary on its own redis-server (empty: the same binary as redis)")
 	fs.StringVar(&o.extraArgsB, "redis-b-args", "", "extra flags for redis-b, space-separated")
@@ -111,7 +112,7 @@ func parse(args []string) (options, error) {
 	for _, s := range strings.Split(systems, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case "floor", "memory", "redis", "lease", "redis-b":
+		case "floor", "memory", "redis", "lease", "approximate", "redis-b":
 		case "reference":
 			if o.refBin == "" {
 				continue

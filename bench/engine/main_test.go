@@ -46,7 +46,7 @@ func TestMedianAndFlags(t *testing.T) {
 	}
 	o, err := parse([]string{"--ref-bin", "", "--keys", "5,zipf7,1"})
 	if err != nil || len(o.keys) != 3 || o.keys[0] != (scenario{keys: 5}) || o.keys[1] != (scenario{keys: 7, zipf: zipfS}) ||
-		o.keys[2] != (scenario{keys: 1}) || len(o.systems) != 4 || o.systems[3] != "lease" {
+		o.keys[2] != (scenario{keys: 1}) || len(o.systems) != 5 || o.systems[3] != "lease" || o.systems[4] != "approximate" {
 		t.Fatalf("parse = %+v, %v", o, err)
 	}
 	// An A/B run: redis-b only when asked for, with its own binary and flags.

@@ -66,7 +66,7 @@ func start(o options, name, work, cfg string) (*system, error) {
 	case "floor":
 		args := append([]string{"--addr", addr}, debugArgs...)
 		cmd = exec.Command(filepath.Join(o.binDir, "envoy-rls-floor"), args...)
-	case "memory", "redis", "lease", "redis-b":
+	case "memory", "redis", "lease", "approximate", "redis-b":
 		args := []string{"serve", "--config", cfg, "--grpc-addr", addr, "--http-addr", "",
 			"--watch-config=false", "--log-level", "warn", "--backend-timeout", "1s"}
 		args = append(args, debugArgs...)
@@ -76,8 +76,8 @@ func start(o options, name, work, cfg string) (*system, error) {
 				return s, err
 			}
 			extra := strings.Fields(o.extraArgs)
-			if name == "lease" {
-				extra = append(extra, "--consistency", "lease")
+			if name == "lease" || name == "approximate" {
+				extra = append(extra, "--consistency", name)
 			}
 			if name == "redis-b" {
 				extra = strings.Fields(o.extraArgsB)

@@ -22,7 +22,7 @@ func redisOnly(name string) bool {
 	switch name {
 	case "redis-url", "redis-sentinel", "redis-cluster":
 		return false
-	case "key-prefix", "local-deny-cache":
+	case "key-prefix", "local-deny-cache", "approximate-sync-interval":
 		return true
 	}
 	return strings.HasPrefix(name, "redis-")

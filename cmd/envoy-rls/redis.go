@@ -48,7 +48,9 @@ func newOneRedisStore(o redisBackend, c redisConn, reg prometheus.Registerer, lo
 		BatchWindow:      c.RedisBatchWindow,
 		BatchSize:        c.RedisBatchSize,
 		LocalDenyCache:   o.Redis.LocalDenyCache,
-		TLS:              tlsConf,
+
+		ApproximateSyncInterval: o.Redis.ApproximateSyncInterval,
+		TLS:                     tlsConf,
 	}
 	// At shutdown, the hits allowed while Redis was away are written back
 	// for up to --shutdown-grace (a second period, after the calls in

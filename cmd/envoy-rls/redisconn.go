@@ -20,6 +20,8 @@ type redisOptions struct {
 	PerSecond      redisConn
 	KeyPrefix      string
 	LocalDenyCache bool
+	// ApproximateSyncInterval: see redis.Options.
+	ApproximateSyncInterval time.Duration
 
 	// perSecond holds the --redis-persecond-* flags as given.
 	perSecond redisConn
@@ -30,6 +32,7 @@ func (o *redisOptions) addFlags(fs, perSecond, deprecated *flagSet) {
 	o.Main.addFlags(func(string) *flagSet { return fs }, nil)
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "prefix of every counter key (redis backend), to share one Redis between deployments")
 	fs.BoolVar(&o.LocalDenyCache, "local-deny-cache", true, "deny keys known to be over limit until their retry time without asking Redis")
+	fs.DurationVar(&o.ApproximateSyncInterval, "approximate-sync-interval", redis.DefaultApproximateSyncInterval, "how often limits of consistency approximate send the hits admitted on local counters to Redis, many keys in one script call, and learn the shared counts and their share of what remains; see docs/consistency.md")
 	o.perSecond.prefix = perSecondPrefix
 	o.perSecond.addFlags(func(name string) *flagSet {
 		switch perSecondFlags[name] {
@@ -178,6 +181,9 @@ func copyRedisSetting(dst, src *redisConn, name string) {
 // one, no per-second flag.
 func (o redisOptions) validate(c *command) []error {
 	errs := o.Main.validate()
+	if o.ApproximateSyncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--approximate-sync-interval must be positive, not %v", o.ApproximateSyncInterval))
+	}
 	if o.PerSecond.enabled() {
 		// A bad setting it took from the main Redis is told once.
 		told := map[string]bool{}

@@ -70,6 +70,12 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 		stat(rls.RedisLeaseStranded, func(s redis.Stats) uint64 { return s.Lease.Stranded }),
 		stat(rls.RedisLeaseErrors.With("op", "reserve"), func(s redis.Stats) uint64 { return s.Lease.RefillErrors }),
 		stat(rls.RedisLeaseErrors.With("op", "return"), func(s redis.Stats) uint64 { return s.Lease.ReturnErrors }),
+		stat(rls.RedisApproximateSyncs, func(s redis.Stats) uint64 { return s.Approximate.Syncs }),
+		stat(rls.RedisApproximateSyncErrors, func(s redis.Stats) uint64 { return s.Approximate.SyncErrors }),
+		stat(rls.RedisApproximateSyncedHits, func(s redis.Stats) uint64 { return s.Approximate.SyncedHits }),
+		stat(rls.RedisApproximateLostHits, func(s redis.Stats) uint64 { return s.Approximate.LostHits }),
+		stat(rls.RedisApproximateOverAdmitted, func(s redis.Stats) uint64 { return s.Approximate.OverAdmitted }),
+		stat(rls.RedisApproximateStrict, func(s redis.Stats) uint64 { return s.Approximate.Strict }),
 		stat(rls.RedisDecisions.With("path", "local_fallback"), func(s redis.Stats) uint64 { return s.LocalFallbacks }),
 		stat(rls.RedisDecisions.With("path", "failed"), func(s redis.Stats) uint64 { return s.Errors }),
 	)

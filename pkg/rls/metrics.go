@@ -542,6 +542,16 @@ var (
 	RedisLeaseErrors   = StoreMetric{Name: "envoy_rls_redis_lease_errors_total", Help: "Lease chunk reservations (op reserve) and returns (op return) that failed: a key without a chunk is decided strict."}
 )
 
+// Consistency approximate on the Redis store (redis.ApproximateStats).
+var (
+	RedisApproximateSyncs        = StoreMetric{Name: "envoy_rls_redis_approximate_syncs_total", Help: "Sync calls of consistency approximate (one per sync, or per slot of it on a Cluster), each sending the hits admitted locally on many keys."}
+	RedisApproximateSyncErrors   = StoreMetric{Name: "envoy_rls_redis_approximate_sync_errors_total", Help: "Sync calls of consistency approximate that failed: their hits are sent again, counted once."}
+	RedisApproximateSyncedHits   = StoreMetric{Name: "envoy_rls_redis_approximate_synced_hits_total", Help: "Hits admitted on local counters (consistency approximate) and counted in Redis by a sync."}
+	RedisApproximateLostHits     = StoreMetric{Name: "envoy_rls_redis_approximate_lost_hits_total", Help: "Hits admitted on local counters never counted in Redis: too many syncs unanswered while Redis was away, or Redis away at shutdown."}
+	RedisApproximateOverAdmitted = StoreMetric{Name: "envoy_rls_redis_approximate_over_admitted_hits_total", Help: "Hits over a limit that a sync of consistency approximate found in Redis after counting the hits admitted locally (each counted once, whichever instance saw them)."}
+	RedisApproximateStrict       = StoreMetric{Name: "envoy_rls_redis_approximate_strict_total", Help: "Items of consistency approximate decided strict, in Redis: a key's first decisions on an instance (per window) until its sync answers."}
+)
+
 // The Redis store's write-backs: hits allowed without Redis (local
 // fallback, or failed open), charged to it later.
 var (

@@ -84,6 +84,11 @@ type Options struct {
 	LeaseIdle     time.Duration
 	LeaseKeys     int
 
+	// ApproximateSyncInterval is how often consistency approximate sends
+	// the hits admitted locally and learns the shared counts (see
+	// approximate.go); zero selects DefaultApproximateSyncInterval.
+	ApproximateSyncInterval time.Duration
+
 	// KeyPrefix starts every Redis key, before the hash tag of the item's
 	// Partition and the item's Key. It must not contain '{' or '}', which
 	// would change the keys' hash slots.

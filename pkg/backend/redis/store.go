@@ -270,6 +270,7 @@ type Stats struct {
 	// consistency approximate. Lease counts consistency lease's chunks.
 	ChunkDecided, ApproximateDecided uint64
 	Lease                            LeaseStats
+	Approximate                      ApproximateStats
 }
 
 // Stats returns the store's counters.
@@ -298,7 +299,15 @@ func (r *Store) Stats() Stats {
 		ChunkDecided:            r.chunkDecided.Load(),
 		ApproximateDecided:      r.approxDecided.Load(),
 		Lease:                   r.leaseStats(),
+		Approximate:             r.approxStats(),
 	}
+}
+
+func (r *Store) approxStats() ApproximateStats {
+	if p, ok := r.approx.(*approxPath); ok {
+		return p.stats()
+	}
+	return ApproximateStats{}
 }
 
 func (r *Store) leaseStats() LeaseStats {

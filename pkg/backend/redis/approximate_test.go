@@ -1,0 +1,134 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+)
+
+// approxAlgorithms are the algorithms consistency approximate decides on
+// local counters.
+var approxAlgorithms = []algorithms.Kind{algorithms.FixedWindow, algorithms.SlidingWindowCounter}
+
+func TestApproximateBoundStandalone(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	testApproximateBound(t, redis.Options{URL: srv.URL()})
+}
+
+func TestApproximateBoundCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3)
+	testApproximateBound(t, redis.Options{ClusterAddrs: cl.Addrs()})
+}
+
+// testApproximateBound runs three instances on one Redis along one
+// timeline, with random requests of approximate items (and strict ones
+// beside them) on a few keys, and replays every admitted request through
+// the strict model, which charges it whatever it says. The stated bound:
+// the hits admitted that the model denies are no more than the hits of
+// approximate items that were decided strict (a key's first decisions on
+// an instance, until its sync answers), per fixed window and over the run.
+func testApproximateBound(t *testing.T, opts redis.Options) {
+	for _, alg := range approxAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+			o := opts
+			o.KeyPrefix = fmt.Sprintf("approx-%s-%d:", alg, time.Now().UnixNano())
+			o.ApproximateSyncInterval = 5 * time.Millisecond
+			var stores []*redis.Store
+			for range 3 {
+				stores = append(stores, newClockedRedisStore(t, clock, o))
+			}
+			l := algorithms.Limit{Algorithm: alg, Requests: 60, Window: time.Second}
+			const keys = 3
+			model := make([]algorithms.State, keys)
+			type win struct {
+				k     int
+				start int64
+			}
+			admittedIn, strictIn := map[win]uint64{}, map[win]uint64{}
+			rng := rand.New(rand.NewPCG(2, uint64(alg)))
+			var admitted, over, strictHits, local, denied uint64
+			ctx := context.Background()
+			out := make([]algorithms.Decision, 2)
+			for step := range 4000 {
+				k := rng.IntN(keys)
+				hits := uint64(rng.IntN(3)) + 1
+				if rng.IntN(10) == 0 {
+					hits = 0
+				}
+				items := []backend.Item{{Key: fmt.Sprintf("k%d", k), Limit: l, Hits: hits, Partition: uint64(k + 1), Consistency: backend.Approximate}}
+				if rng.IntN(8) == 0 {
+					items = append(items, backend.Item{Key: fmt.Sprintf("strict%d", k), Limit: algorithms.Limit{Requests: 30, Window: time.Second}, Hits: 1, Partition: uint64(k + 1)})
+				}
+				s := stores[rng.IntN(len(stores))]
+				before := s.Stats()
+				allowed, err := s.Apply(ctx, items, out)
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				after := s.Stats()
+				wasStrict := after.Approximate.Strict > before.Approximate.Strict
+				if !wasStrict {
+					local++
+				}
+				now := clock.Now().UnixMicro()
+				w := win{k, now - now%l.Window.Microseconds()}
+				if allowed {
+					next, d := algorithms.AccountMicros(l, model[k], now, hits)
+					model[k] = next
+					if !d.Allowed {
+						over += hits
+					}
+					admitted += hits
+					admittedIn[w] += hits
+					if wasStrict {
+						strictHits += hits
+						strictIn[w] += hits
+					}
+				} else {
+					denied++
+				}
+				if rng.IntN(4) == 0 {
+					clock.Advance(time.Duration(rng.IntN(20_000)) * time.Microsecond)
+				}
+				if step%20 == 0 {
+					// Let syncs land now and then, as they do between
+					// requests in real time.
+					time.Sleep(3 * time.Millisecond)
+				}
+			}
+			if alg == algorithms.FixedWindow {
+				for w, n := range admittedIn {
+					if n > l.Requests+strictIn[w] {
+						t.Errorf("key %d, window %d: %d hits admitted, over the bound of %d + %d decided strict", w.k, w.start, n, l.Requests, strictIn[w])
+					}
+				}
+			}
+			if over > strictHits {
+				t.Errorf("%d hits admitted over the strict model, more than the %d decided strict", over, strictHits)
+			}
+			if local == 0 || denied == 0 {
+				t.Fatalf("the run decided %d requests locally and denied %d: it tests nothing", local, denied)
+			}
+			var st redis.ApproximateStats
+			for _, s := range stores {
+				a := s.Stats().Approximate
+				st.Syncs += a.Syncs
+				st.SyncErrors += a.SyncErrors
+				st.OverAdmitted += a.OverAdmitted
+			}
+			t.Logf("%d hits admitted (%d over the model, %d decided strict), %d requests decided locally, %d denied; stats %+v", admitted, over, strictHits, local, denied, st)
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"context"
+	bin "encoding/binary"
+	"math"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+)
+
+// approxYAML: limits of 300 an hour, consistency approximate (in domain
+// lease, which leaseHammer asks).
+const approxYAML = `
+domain: lease
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 300, consistency: approximate}
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: sliding_window_counter, consistency: approximate}
+`
+
+// approxBound is the stated bound of the tests below: 300 and a fifth.
+const approxBound = 360
+
+// redisCounts returns the sum of the current-window counts of the fixed
+// window and sliding counter states whose key holds key.
+func redisCounts(t *testing.T, srv *redistest.Server, key string) float64 {
+	t.Helper()
+	ctx := ctxT(t)
+	c := srv.Client()
+	keys, err := c.Keys(ctx, "*"+key+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, k := range keys {
+		v, err := c.Get(ctx, k).Result()
+		if err != nil || (len(v) != 17 && len(v) != 25) {
+			continue
+		}
+		n += math.Float64frombits(bin.LittleEndian.Uint64([]byte(v[9:17])))
+	}
+	return n
+}
+
+// TestApproximateAcrossInstances: three instances on one Redis, 60 clients
+// with 2 s deadlines, a limit of 300 an hour with consistency approximate
+// (fixed window, then sliding window counter): at most 360 allowed (the
+// stated bound: 300 and what the instances' first decisions, strict, add
+// while others hold shares), at least 270; after SIGTERM, Redis counts
+// exactly the hits allowed (every one sent in a sync).
+func TestApproximateAcrossInstances(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg := filepath.Join(t.TempDir(), "approx.yaml")
+	writeFile(t, cfg, approxYAML)
+	procs := startInstances(t, 3, cfg, "--redis-url", srv.URL())
+	var ok [2]int64
+	for i, key := range []string{"user", "sliding"} {
+		n, errs := leaseHammerKey(procs, 60, 10, 2*time.Second, key, "shared", nil)
+		if errs > 0 {
+			t.Fatalf("%s: %d calls failed", key, errs)
+		}
+		if n > approxBound || n < 270 {
+			t.Fatalf("%s: %d allowed across 3 instances, want 270 to %d", key, n, approxBound)
+		}
+		ok[i] = n
+	}
+	var local float64
+	for _, p := range procs {
+		local += metricValue(t, p, "envoy_rls_redis_decisions_total", "path=approximate")
+	}
+	if local == 0 {
+		t.Fatal("no request was decided on local counters")
+	}
+	for _, p := range procs {
+		if code := p.stop(t); code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+	}
+	for i, key := range []string{"user", "sliding"} {
+		if n := redisCounts(t, srv, key); n != float64(ok[i]) {
+			t.Fatalf("%s: after SIGTERM Redis counts %v hits, want the %d allowed", key, n, ok[i])
+		}
+	}
+	t.Logf("allowed: fixed window %d, sliding window counter %d; %v requests decided locally", ok[0], ok[1], local)
+}
+
+// TestApproximateRedisFrozen: Redis frozen (SIGSTOP) for a second while
+// three instances decide under load, then thawed: the bound holds, the
+// calls answer within their deadlines (local shares decide, the failure
+// mode once they run out), and once Redis is back the counts reconcile:
+// after SIGTERM Redis counts every hit allowed (the syncs sent while it was
+// frozen run once).
+func TestApproximateRedisFrozen(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg := filepath.Join(t.TempDir(), "approx.yaml")
+	writeFile(t, cfg, approxYAML)
+	procs := startInstances(t, 3, cfg, "--redis-url", srv.URL(), "--failure-mode", "deny", "--backend-timeout", "200ms")
+	stop := make(chan struct{})
+	var ok, errs int64
+	done := make(chan struct{})
+	go func() {
+		ok, errs = leaseHammer(procs, 30, 1_000_000, 2*time.Second, "frozen", stop)
+		close(done)
+	}()
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "a third of the limit used", func() bool { return redisCounts(t, srv, "frozen") >= 100 })
+	srv.Pause()
+	time.Sleep(time.Second) // the outage itself, not a wait for a condition
+	srv.Resume()
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the limit used up", func() bool { return redisCounts(t, srv, "frozen") >= 300 })
+	close(stop)
+	<-done
+	if ok > approxBound {
+		t.Fatalf("%d allowed with Redis frozen a while, want at most %d", ok, approxBound)
+	}
+	for _, p := range procs {
+		p.stop(t)
+	}
+	if n := redisCounts(t, srv, "frozen"); n < float64(ok) {
+		t.Fatalf("after the outage and SIGTERM Redis counts %v hits, want at least the %d allowed", n, ok)
+	}
+	t.Logf("%d allowed, %d calls answered by the failure mode", ok, errs)
+}
+
+// TestApproximateRedisKilled: Redis killed while three instances decide
+// under load, then started again (empty, no persistence): calls keep being
+// answered, by the local shares and then by the failure mode, never past
+// their deadline; once Redis is back, the hits admitted locally while it
+// was down are counted there, and keys decide locally again.
+func TestApproximateRedisKilled(t *testing.T) {
+	const big = `
+domain: lease
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000, consistency: approximate}
+`
+	srv := redistest.StartStandalone(t)
+	cfg := filepath.Join(t.TempDir(), "approx.yaml")
+	writeFile(t, cfg, big)
+	procs := startInstances(t, 3, cfg, "--redis-url", srv.URL(), "--failure-mode", "deny", "--backend-timeout", "200ms")
+	local := func() float64 {
+		var n float64
+		for _, p := range procs {
+			n += metricValue(t, p, "envoy_rls_redis_decisions_total", "path=approximate")
+		}
+		return n
+	}
+	var phase atomic.Int32 // 0 before the kill, 1 while down, 2 after the restart
+	var ok [3]atomic.Int64
+	var late atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 30 {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			client := procs[c%len(procs)].client()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				r, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+					Domain: "lease", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("user", "killed")},
+				})
+				cancel()
+				switch {
+				case status.Code(err) == codes.DeadlineExceeded:
+					late.Add(1)
+				case err == nil && r.OverallCode == rlsv3.RateLimitResponse_OK:
+					ok[phase.Load()].Add(1)
+				}
+			}
+		}(c)
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "local decisions", func() bool { return local() > 100 })
+	phase.Store(1)
+	srv.Stop()
+	down := local()
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "calls decided locally while Redis is down", func() bool { return local() > down })
+	srv.Restart()
+	phase.Store(2)
+	back := local()
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "local decisions after the restart", func() bool { return local() > back+100 })
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{})
+	if n := late.Load(); n > 0 {
+		t.Errorf("%d calls were not answered within their 2 s deadline", n)
+	}
+	for _, p := range procs {
+		p.stop(t)
+	}
+	// The new Redis counts what was allowed while it was down and after
+	// (and some hits of before the kill that were not synced yet).
+	after := ok[1].Load() + ok[2].Load()
+	if n := redisCounts(t, srv, "user"); n < float64(after) || n > float64(after+ok[0].Load()) {
+		t.Fatalf("after the restart and SIGTERM Redis counts %v hits, want between the %d allowed since the kill and %d", n, after, after+ok[0].Load())
+	}
+	t.Logf("allowed %d before, %d while down, %d after", ok[0].Load(), ok[1].Load(), ok[2].Load())
+}
