@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	be "encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -13,9 +15,12 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/envoyrls/envoy-rls/internal/schedprobe"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
@@ -293,4 +298,121 @@ func TestSilentConnectionIsClosedAfterFirstRequestTimeout(t *testing.T) {
 	if n := metricValue(t, p, "envoy_rls_grpc_first_request_timeouts_total"); n != 1 {
 		t.Errorf("%v first-request timeouts counted, want 1", n)
 	}
+}
+
+// TestCallRacingAnEvictionIsServed: with --grpc-max-connections 2, a raw
+// HTTP/2 connection silent for the eviction minimum age is evicted by a
+// newcomer. It receives the first GOAWAY (naming no stream) and a PING,
+// and only then sends a call, as a client whose call crossed the GOAWAY
+// would, and answers the PING: the second GOAWAY names that call's
+// stream, the call is answered OK, and the connection is closed after.
+func TestCallRacingAnEvictionIsServed(t *testing.T) {
+	p := startServe(t, nil, "--config", boundsConfig(t), "--grpc-max-connections", "2", "--first-request-timeout", "10m")
+	conn, err := net.Dial("tcp", p.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(60 * time.Second))
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	io.WriteString(conn, http2.ClientPreface)
+	fr.WriteSettings()
+	frames := make(chan http2.Frame, 64)
+	go func() {
+		defer close(frames)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+				continue // acked below, from this goroutine's frames
+			}
+			frames <- f
+		}
+	}()
+	busy := dialRawH2(t, p.grpcAddr)
+	busy.partialStreams(1, 100) // a call in progress: never the victim
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "both slots to be taken", func() bool {
+		return metricValue(t, p, "envoy_rls_grpc_connections") == 2
+	})
+	time.Sleep(evictMinAge) // the silent connection is now evictable
+	newcomer := dialRawH2(t, p.grpcAddr)
+	next := func(what string) http2.Frame {
+		t.Helper()
+		f, ok := <-frames
+		if !ok {
+			t.Fatalf("connection closed waiting for %s", what)
+		}
+		return f
+	}
+	var ping *http2.PingFrame
+	for ping == nil {
+		switch f := next("the GOAWAY and PING").(type) {
+		case *http2.GoAwayFrame:
+			if f.LastStreamID != 1<<31-1 {
+				t.Fatalf("first GOAWAY names stream %d, want 2^31-1", f.LastStreamID)
+			}
+		case *http2.PingFrame:
+			ping = f
+		}
+	}
+	// The call crossing the GOAWAY, then the PING's answer.
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, h := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":authority", p.grpcAddr},
+		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{"content-type", "application/grpc"}, {"te", "trailers"},
+	} {
+		enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
+	}
+	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "bounds", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("blob", "x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := append([]byte{0, 0, 0, 0, 0}, msg...)
+	be.BigEndian.PutUint32(body[1:5], uint32(len(msg)))
+	fr.WriteSettingsAck()
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	fr.WriteData(1, true, body)
+	fr.WritePing(true, ping.Data)
+	var lastGoAway uint32 = 1<<31 - 1
+	status := ""
+	for f := range frames {
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			lastGoAway = f.LastStreamID
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 1 && f.StreamEnded() {
+				status = headerValue(f, "grpc-status")
+			}
+		case *http2.RSTStreamFrame:
+			t.Errorf("stream %d reset: %v", f.StreamID, f.ErrCode)
+		}
+	}
+	t.Logf("second GOAWAY names stream %d; the racing call ended with grpc-status %q", lastGoAway, status)
+	if lastGoAway != 1 {
+		t.Errorf("second GOAWAY names stream %d, want 1", lastGoAway)
+	}
+	if status != "0" {
+		t.Errorf("racing call ended with grpc-status %q, want 0 (OK)", status)
+	}
+	if busy.isClosed() || newcomer.isClosed() {
+		t.Errorf("the busy connection (closed: %v) or the newcomer (closed: %v) was closed", busy.isClosed(), newcomer.isClosed())
+	}
+	if n := metricValue(t, p, "envoy_rls_grpc_connections_evicted_total"); n != 1 {
+		t.Errorf("%v evictions counted, want 1", n)
+	}
+}
+
+// headerValue is the value of the header name in f, or "".
+func headerValue(f *http2.MetaHeadersFrame, name string) string {
+	for _, h := range f.RegularFields() {
+		if h.Name == name {
+			return h.Value
+		}
+	}
+	return ""
 }
