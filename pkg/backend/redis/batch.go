@@ -19,9 +19,22 @@ type group struct {
 	idx   []int  // indices of the items in the request
 	items []item // the items, encoded
 	slot  int
+	// part: the group is one slot of a request split across slots, whose
+	// reply ends with the state's at each item's charge wrote (-1: none);
+	// refund: its items are refunds (see Store.refund).
+	part, refund bool
 
 	reply []int64 // the group's part of the call's reply
 	err   error
+}
+
+// replyLen is the length of g's part of its script call's reply.
+func (g *group) replyLen() int {
+	n := 1 + replyFields*len(g.idx)
+	if g.part {
+		n += len(g.idx)
+	}
+	return n
 }
 
 // newCall splits items into groups: one on a standalone server, one per
@@ -78,7 +91,7 @@ func (r *Store) newCall(ctx context.Context, until time.Time, items []backend.It
 	c.groups = make([]group, len(order))
 	for gi, s := range order {
 		g := &c.groups[gi]
-		g.slot = s
+		g.slot, g.part = s, !c.whole
 		for i := range items {
 			if slots[i] == s {
 				g.idx = append(g.idx, i)
@@ -304,14 +317,20 @@ func (r *Store) run(batch []*call, sc *scriptCall) {
 func (r *Store) send(ctx context.Context, live []*call, buf *scriptCall) (failed bool) {
 	var calls []*scriptCall
 	if r.cluster {
+		// Refunds go in script calls of their own (see Store.refund), in
+		// the same pipeline.
 		bySlot := map[int]*scriptCall{}
 		for _, c := range live {
 			for i := range c.groups {
 				g := &c.groups[i]
-				sc := bySlot[g.slot]
+				k := g.slot
+				if g.refund {
+					k += 16384
+				}
+				sc := bySlot[k]
 				if sc == nil {
 					sc = newScriptCall(0, 0)
-					bySlot[g.slot] = sc
+					bySlot[k] = sc
 					calls = append(calls, sc)
 				}
 				sc.add(g, c.now, c.whole)

@@ -137,7 +137,7 @@ func chargedItems(c *call) []bool {
 	var charged []bool
 	for gi := range c.groups {
 		g := &c.groups[gi]
-		if g.err != nil || len(g.reply) != 1+replyFields*len(g.idx) {
+		if g.err != nil || g.refund || len(g.reply) != g.replyLen() {
 			continue
 		}
 		for k, i := range g.idx {

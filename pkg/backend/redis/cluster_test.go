@@ -22,6 +22,8 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Slot", func(t *testing.T) { testClusterSlot(t, cl) })
 	t.Run("Exact", func(t *testing.T) { testClusterExact(t, cl) })
 	t.Run("Split", func(t *testing.T) { testClusterSplit(t, cl) })
+	t.Run("RefundSharedLimit", func(t *testing.T) { testClusterRefundSharedLimit(t, cl) })
+	t.Run("EveryKeyHasATTL", func(t *testing.T) { testClusterEveryKeyHasATTL(t, cl) })
 	t.Run("MatchesMemory", func(t *testing.T) { testClusterMatchesMemory(t, cl) })
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
 	t.Run("LeaseNeverExceeds", func(t *testing.T) { testLeaseNeverExceeds(t, redis.Options{ClusterAddrs: cl.Addrs()}) })
@@ -95,16 +97,16 @@ func testClusterExact(t *testing.T, cl *redistest.Cluster) {
 	got := hammer(t, stores, 120, 2, func(int, int) []backend.Item {
 		return []backend.Item{hit(ia, 1), hit(ib, 1)}
 	})
-	// Each slot charges its key whenever its own item allows, even when the
-	// other slot denies: a denied split request may be over-charged, so
-	// fewer than 60 may be allowed, but no key ever exceeds its limit and
-	// every allowed request was charged on both.
+	// Each slot charges its key whenever its own item allows, and a denied
+	// request's charges are refunded: a and b hold the charges of the
+	// allowed requests only, never more than a's limit. (Fewer than 60 may
+	// be allowed: until a refund lands, concurrent requests see the charge.)
 	ds, _ := redisApply(t, stores[0], ia, ib)
 	usedA, usedB := 60-int64(ds[0].Remaining), 80-int64(ds[1].Remaining)
-	if got > 60 || usedA != 60 || usedB < got || usedB > 80 {
-		t.Fatalf("split requests: allowed %d, a charged %d of 60, b charged %d of 80", got, usedA, usedB)
+	if got == 0 || got > 60 || usedA != got || usedB != got {
+		t.Fatalf("split requests: allowed %d, a charged %d of 60, b charged %d of 80; want each the allowed ones", got, usedA, usedB)
 	}
-	t.Logf("split requests: allowed %d of 240 (a 60/60, b %d/80)", got, usedB)
+	t.Logf("split requests: allowed %d of 240 (a and b charged %d)", got, got)
 }
 
 // partitionsOnTwoNodes returns two partitions whose slots are served by
@@ -137,8 +139,9 @@ func hit(it backend.Item, hits uint64) backend.Item {
 }
 
 // testClusterSplit pins the documented semantics of a request split across
-// slots: allowed requests charge exactly; a denied one charges the slots
-// whose own Enforced items allowed; one slot stays all-or-nothing.
+// slots: allowed requests charge exactly; a denied one charges nothing but
+// usage accounting, at the cost of a refund's round trip; one slot stays
+// all-or-nothing in one round trip.
 func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 	clock := testutil.NewClock(testutil.Base)
 	r := newClockedRedisStore(t, clock, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "split:"})
@@ -155,27 +158,42 @@ func testClusterSplit(t *testing.T, cl *redistest.Cluster) {
 	}
 	before := r.Stats()
 	ds, ok = redisApply(t, r, hit(ka, 1), hit(kb, 1))
-	if ok || ds[0].Allowed || !ds[1].Allowed || ds[1].Remaining != 3 {
-		t.Fatalf("denied split request: %v %+v; want a denied, b charged (3 remaining)", ok, ds)
+	if ok || ds[0].Allowed || !ds[1].Allowed || ds[1].Remaining != 4 {
+		t.Fatalf("denied split request: %v %+v; want a denied, b refunded (4 remaining)", ok, ds)
 	}
-	if st := r.Stats(); st.ScriptCalls != before.ScriptCalls+2 || st.RoundTrips != before.RoundTrips+1 {
-		t.Fatalf("a request over two slots cost %d script calls in %d round trips; want 2 in 1",
-			st.ScriptCalls-before.ScriptCalls, st.RoundTrips-before.RoundTrips)
+	st := r.Stats()
+	if st.ScriptCalls != before.ScriptCalls+3 || st.RoundTrips != before.RoundTrips+2 || st.Refunds != before.Refunds+1 {
+		t.Fatalf("a denied request over two slots cost %d script calls in %d round trips, %d refunds; want 3 in 2, 1",
+			st.ScriptCalls-before.ScriptCalls, st.RoundTrips-before.RoundTrips, st.Refunds-before.Refunds)
 	}
-	if ds, _ := redisApply(t, r, kb); ds[0].Remaining != 3 {
-		t.Fatalf("b after the denied split request: %+v, want 3 remaining (over-charged)", ds[0])
+	if ds, _ := redisApply(t, r, kb); ds[0].Remaining != 4 {
+		t.Fatalf("b after the denied split request: %+v, want 4 remaining (refunded)", ds[0])
 	}
-	// One slot: all or nothing.
+	// An allowed split request: one round trip, no refund.
+	before = r.Stats()
+	if _, ok := redisApply(t, r, hit(ka2, 1), hit(kb, 1)); !ok {
+		t.Fatal("split request on free keys denied")
+	}
+	if st := r.Stats(); st.RoundTrips != before.RoundTrips+1 || st.Refunds != before.Refunds {
+		t.Fatalf("an allowed split request cost %d round trips, %d refunds; want 1, 0",
+			st.RoundTrips-before.RoundTrips, st.Refunds-before.Refunds)
+	}
+	// One slot: all or nothing, in one round trip.
+	before = r.Stats()
 	ds, ok = redisApply(t, r, hit(ka, 1), hit(ka2, 1))
-	if ok || !ds[1].Allowed || ds[1].Remaining != 5 {
-		t.Fatalf("denied one-slot request: %v %+v; want a2 uncharged (5 remaining)", ok, ds)
+	if ok || !ds[1].Allowed || ds[1].Remaining != 4 {
+		t.Fatalf("denied one-slot request: %v %+v; want a2 uncharged (4 remaining)", ok, ds)
 	}
-	if ds, _ := redisApply(t, r, ka2); ds[0].Remaining != 5 {
-		t.Fatalf("a2 after the denied one-slot request: %+v, want 5 remaining", ds[0])
+	if st := r.Stats(); st.RoundTrips != before.RoundTrips+1 || st.ScriptCalls != before.ScriptCalls+1 || st.Refunds != before.Refunds {
+		t.Fatalf("a denied one-slot request cost %d script calls in %d round trips, %d refunds; want 1 in 1, 0",
+			st.ScriptCalls-before.ScriptCalls, st.RoundTrips-before.RoundTrips, st.Refunds-before.Refunds)
+	}
+	if ds, _ := redisApply(t, r, ka2); ds[0].Remaining != 4 {
+		t.Fatalf("a2 after the denied one-slot request: %+v, want 4 remaining", ds[0])
 	}
 	// A Shadow denial in another slot denies nothing and charges the rest.
 	ds, ok = redisApply(t, r, hit(ka2, 1), backend.Item{Key: kb.Key, Limit: five, Hits: 9, Mode: backend.Shadow, Partition: b})
-	if !ok || ds[0].Remaining != 4 || ds[1].Allowed {
+	if !ok || ds[0].Remaining != 3 || ds[1].Allowed {
 		t.Fatalf("shadow denial in another slot: %v %+v", ok, ds)
 	}
 }
@@ -229,5 +247,86 @@ func testClusterMatchesSplitModel(t *testing.T, cl *redistest.Cluster) {
 	}
 	if split < 50 {
 		t.Fatalf("only %d requests spanned several slots", split)
+	}
+}
+
+// partitionOnOtherSlot returns a partition whose slot is neither of the
+// slots of partitions a and b.
+func partitionOnOtherSlot(t *testing.T, a, b uint64) uint64 {
+	t.Helper()
+	slot := func(p uint64) int { return redis.Slot(redis.RedisKey("", backend.Item{Partition: p})) }
+	for c := uint64(100); c < 200; c++ {
+		if slot(c) != slot(a) && slot(c) != slot(b) {
+			return c
+		}
+	}
+	t.Fatal("no third slot")
+	return 0
+}
+
+// testClusterRefundSharedLimit: user A's requests take A's own limit and a
+// limit shared with user B, in another slot, plus a usage charge. Once A's
+// own limit is spent, A's requests are denied by A's slot: the shared
+// limit's slot, which allowed, is refunded (one more round trip each), so
+// B still gets the whole shared limit, on every algorithm, on a test's
+// clock and on Redis's. The usage charges stay. A denied request of one
+// slot costs one round trip and no refund.
+func testClusterRefundSharedLimit(t *testing.T, cl *redistest.Cluster) {
+	pa, ps := partitionsOnTwoNodes(t)
+	pb := partitionOnOtherSlot(t, pa, ps)
+	const shared, denied = 10, 20
+	for _, clocked := range []bool{true, false} {
+		var r *redis.Store
+		if clocked {
+			r = newClockedRedisStore(t, testutil.NewClock(testutil.Base), redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "refund-c:"})
+		} else {
+			r = newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "refund-r:"})
+		}
+		for _, k := range algorithms.Kinds() {
+			name := fmt.Sprintf("%s/clock=%t", k, clocked)
+			userA := backend.Item{Key: "a:" + k.String(), Limit: longLimit(k, 1), Hits: 1, Partition: pa}
+			userB := backend.Item{Key: "b:" + k.String(), Limit: longLimit(k, 1000), Hits: 1, Partition: pb}
+			sh := backend.Item{Key: "shared:" + k.String(), Limit: longLimit(k, shared), Hits: 1, Partition: ps}
+			usage := backend.Item{Key: "usage:" + k.String(), Limit: longLimit(k, 1000), Hits: 3, Partition: ps, Account: true}
+			if _, ok := redisApply(t, r, userA, sh, usage); !ok {
+				t.Fatalf("%s: A's first request denied", name)
+			}
+			before := r.Stats()
+			for i := 0; i < denied; i++ {
+				ds, ok := redisApply(t, r, userA, sh, usage)
+				if ok || ds[0].Allowed || !ds[1].Allowed || ds[1].Remaining != shared-1 {
+					t.Fatalf("%s: A's denied request %d: %v %+v; want A denied, the shared limit refunded (%d left)", name, i, ok, ds, shared-1)
+				}
+			}
+			st := r.Stats()
+			if st.Refunds != before.Refunds+denied || st.RefundsFailed != before.RefundsFailed || st.RoundTrips != before.RoundTrips+2*denied {
+				t.Fatalf("%s: %d denied requests over two slots: %d refunds (%d failed) in %d round trips; want %d in %d",
+					name, denied, st.Refunds-before.Refunds, st.RefundsFailed-before.RefundsFailed, st.RoundTrips-before.RoundTrips, denied, 2*denied)
+			}
+			// A's usage charges stay: 3 hits per request.
+			if ds, _ := redisApply(t, r, hit(usage, 0)); ds[0].Remaining != 1000-3*(denied+1) {
+				t.Fatalf("%s: usage after %d requests: %+v, want %d left (never refunded)", name, denied+1, ds[0], 1000-3*(denied+1))
+			}
+			// B gets the rest of the shared limit, exactly.
+			allowed := 0
+			for i := 0; i < shared+5; i++ {
+				if _, ok := redisApply(t, r, userB, sh); ok {
+					allowed++
+				}
+			}
+			if allowed != shared-1 {
+				t.Fatalf("%s: B was allowed %d requests on the shared limit after A's denied ones, want %d", name, allowed, shared-1)
+			}
+			// One slot: A's own key and a key of A's slot, denied in one
+			// round trip, nothing to refund.
+			before = r.Stats()
+			own := backend.Item{Key: "a2:" + k.String(), Limit: longLimit(k, 5), Hits: 1, Partition: pa}
+			if ds, ok := redisApply(t, r, userA, own); ok || !ds[1].Allowed || ds[1].Remaining != 5 {
+				t.Fatalf("%s: denied one-slot request: %v %+v", name, ok, ds)
+			}
+			if st := r.Stats(); st.RoundTrips != before.RoundTrips+1 || st.Refunds != before.Refunds {
+				t.Fatalf("%s: a denied one-slot request cost %d round trips, %d refunds; want 1, 0", name, st.RoundTrips-before.RoundTrips, st.Refunds-before.Refunds)
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -109,7 +110,13 @@ func (md redisModel) applyPart(items []backend.Item, now time.Time, whole bool) 
 }
 
 // applySplit decides items as the store does on a Cluster: one part per
-// hash slot of the items' Redis keys, in the order of the slots' first items.
+// hash slot of the items' Redis keys, in the order of the slots' first
+// items. When a request of several slots is denied, the admission charges
+// of the parts that committed are refunded: each key charged by admission
+// only is as before the request, and the allowing items of such keys
+// report their state as it stays. A key also charged by usage accounting
+// in the request keeps every charge (the accounting's own outcome may
+// depend on the charge before it: a full log, a bucket's debt cap).
 func (md redisModel) applySplit(items []backend.Item, now time.Time, prefix string) ([]algorithms.Decision, bool) {
 	var slots []int
 	bySlot := map[int][]int{}
@@ -120,6 +127,7 @@ func (md redisModel) applySplit(items []backend.Item, now time.Time, prefix stri
 		}
 		bySlot[s] = append(bySlot[s], i)
 	}
+	before := maps.Clone(md)
 	ds := make([]algorithms.Decision, len(items))
 	for _, s := range slots {
 		var part []backend.Item
@@ -131,7 +139,48 @@ func (md redisModel) applySplit(items []backend.Item, now time.Time, prefix stri
 			ds[i] = pd[k]
 		}
 	}
-	return ds, backend.Verdict(items, ds)
+	ok := backend.Verdict(items, ds)
+	if ok || len(slots) == 1 {
+		return ds, ok
+	}
+	for _, s := range slots {
+		accounted, refunded := map[string]bool{}, map[string]bool{}
+		committed := true
+		for _, i := range bySlot[s] {
+			it := items[i]
+			if it.Account && it.Hits > 0 {
+				accounted[it.Key] = true
+			}
+			if it.Mode == backend.Enforced && !ds[i].Allowed {
+				committed = false
+			}
+		}
+		if !committed {
+			continue
+		}
+		for _, i := range bySlot[s] {
+			if it := items[i]; ds[i].Allowed && it.Hits > 0 && it.Limit.Requests > 0 && !it.Account && !accounted[it.Key] {
+				refunded[it.Key] = true
+			}
+		}
+		if len(refunded) == 0 {
+			continue
+		}
+		for k := range refunded {
+			if st, ok := before[k]; ok {
+				md[k] = st
+			} else {
+				delete(md, k)
+			}
+		}
+		for _, i := range bySlot[s] {
+			if it := items[i]; ds[i].Allowed && it.Limit.Requests > 0 && !(it.Account && it.Hits > 0) && !accounted[it.Key] {
+				_, d := algorithms.DecideMicros(it.Limit, md[it.Key], now.UnixMicro(), 0)
+				ds[i] = backend.Report(d)
+			}
+		}
+	}
+	return ds, ok
 }
 
 // randomLimits returns n keys with random limits of kind k (or of every

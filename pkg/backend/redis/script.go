@@ -59,11 +59,19 @@ import (
 // Limit.Capacity() and Item.Hits as float64 (rounded to nearest, as the
 // script's numbers are doubles).
 //
+// A refund (see Store.refund) is a request whose items have the bits
+// bitRefund alone, each followed by a float64: the state's at that the
+// charge to take back wrote. A call that holds refunds holds nothing else.
+//
 // # Reply
 //
 // Integers only (read without boxing or parsing strings): per request its
 // verdict (1: committed, 0: nothing charged), then replyFields values per
-// item in the order of the reply* constants. Remaining is split as hi*2^32
+// item in the order of the reply* constants, then, for a PartOfRequest
+// only, one value per item: the state's at its charge wrote when the part
+// committed and the item was charged, else -1 (what a refund takes). A
+// refund's verdict is 1, and its items' values are a check of their key's
+// state after the refund, allowed. Remaining is split as hi*2^32
 // + lo (hi = 2^32 stands for 2^64 and more, read as math.MaxUint64);
 // RetryAfter and ResetAfter are µs, -1 for algorithms.Never.
 //
@@ -146,6 +154,7 @@ const (
 	itemBytes    = 4 + 1 + 1 + 1 + 4 + 4*8 // key index, algorithm, mode, bits, group, four numbers
 	bitOver      = 1
 	bitAccount   = 2
+	bitRefund    = 4   // a refund item (see Store.refund), followed by its charge's at (float64)
 	stateMagic   = 240 // the first byte of a state is stateMagic + its algorithm
 )
 
@@ -170,6 +179,7 @@ type item struct {
 	group                    uint32 // the rank of its quota group
 	requests, capacity, hits uint64
 	window                   int64
+	at                       int64 // a refund's: the state's at its charge wrote
 }
 
 // encodeItem encodes items[i], whose Redis key is key. Its quota group
@@ -263,7 +273,7 @@ func (sc *scriptCall) add(g *group, now int64, whole bool) {
 		n = -n
 	}
 	le := binary.LittleEndian
-	b := slices.Grow(sc.args.b, requestBytes+itemBytes*len(g.items))
+	b := slices.Grow(sc.args.b, requestBytes+(itemBytes+8)*len(g.items))
 	b = le.AppendUint64(b, math.Float64bits(float64(now)))
 	b = le.AppendUint32(b, uint32(n))
 	for i := range g.items {
@@ -281,6 +291,9 @@ func (sc *scriptCall) add(g *group, now int64, whole bool) {
 		b = le.AppendUint64(b, math.Float64bits(float64(it.window)))
 		b = le.AppendUint64(b, math.Float64bits(float64(it.capacity)))
 		b = le.AppendUint64(b, math.Float64bits(float64(it.hits)))
+		if it.bits&bitRefund != 0 {
+			b = le.AppendUint64(b, math.Float64bits(float64(it.at)))
+		}
 	}
 	sc.args.b = b
 }
@@ -341,7 +354,7 @@ func (sc *scriptCall) decode() {
 	}
 	at := 0
 	for _, g := range sc.groups {
-		n := 1 + replyFields*len(g.items)
+		n := g.replyLen()
 		if at+n > len(v) {
 			g.err = fmt.Errorf("%w: %d values for %d groups", errReply, len(v), len(sc.groups))
 			continue
@@ -361,7 +374,7 @@ func decodeGroup(g *group, items []backend.Item, out []algorithms.Decision) erro
 	if g.err != nil {
 		return g.err
 	}
-	if len(g.reply) != 1+replyFields*len(g.idx) {
+	if len(g.reply) != g.replyLen() {
 		return fmt.Errorf("%w: %d values for %d items", errReply, len(g.reply), len(g.idx))
 	}
 	for k, i := range g.idx {

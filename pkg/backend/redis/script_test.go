@@ -51,6 +51,7 @@ func TestScriptConstantsMatchGo(t *testing.T) {
 		"ITEM_BYTES":        strconv.Itoa(itemBytes),
 		"BIT_OVER":          strconv.Itoa(bitOver),
 		"BIT_ACCOUNT":       strconv.Itoa(bitAccount),
+		"BIT_REFUND":        strconv.Itoa(bitRefund),
 		"MAGIC":             strconv.Itoa(stateMagic),
 		"TEST_TTL_SLACK_MS": strconv.FormatInt(testTTLSlack.Milliseconds(), 10),
 	}

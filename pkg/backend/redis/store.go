@@ -43,11 +43,17 @@ import (
 //   - when the request is allowed, every item whose decision allows is
 //     charged, exactly as on one slot: the limits are never exceeded (the
 //     store stays exact);
-//   - when the request is denied, the slots where no Enforced item denied
-//     are charged anyway: a denied request may be over-charged on those
-//     slots (and their Decisions report the charged state). A denial that
-//     comes only from Quota groups spread over several slots charges every
-//     slot. Nothing is ever under-charged.
+//   - when the request is denied, the admission charges of the slots that
+//     charged are taken back by a refund (see refund): one more round trip,
+//     for denied split requests only. The refund takes back exactly what
+//     the charge added (for token_bucket and gcra, when another request
+//     wrote the key between the charge and the refund, it may keep up to
+//     what the limit refills in between: a fraction of a token when the
+//     refund follows within a round trip), so one user's denied requests
+//     leave the limits they share with others as they were. Usage
+//     accounting is never refunded. Until the refund lands, other requests
+//     see the charge; a refund that cannot be made (RefundsFailed) leaves
+//     it.
 //
 // Failures: New does not connect; go-redis connects lazily and
 // reconnects by itself, so a Redis that is down at start-up or restarts
@@ -85,6 +91,7 @@ type Store struct {
 	requests, roundTrips, scriptCalls atomic.Uint64
 	localDenials, errs, reloads       atomic.Uint64
 	decided, notSent, oom             atomic.Uint64
+	refunds, refundsFailed            atomic.Uint64
 	rtt                               atomic.Int64 // ns, moving average of successful round trips
 
 	// Degraded mode: see degrade.go.
@@ -234,6 +241,11 @@ type Stats struct {
 	// OOM counts script calls refused because Redis reached maxmemory
 	// (an OOM error: the noeviction policy), apart from other errors.
 	OOM uint64
+	// Refunds counts denied requests split across Cluster slots whose
+	// slots' admission charges were taken back (one more round trip each:
+	// see Store); RefundsFailed those whose refund could not be made (not
+	// sent in time, or failed): their charges stay.
+	Refunds, RefundsFailed uint64
 	// LocalFallbacks counts requests decided by the fallback store
 	// (Options.Fallback) because Redis could not answer in time or failed.
 	LocalFallbacks uint64
@@ -285,6 +297,8 @@ func (r *Store) Stats() Stats {
 		Decided:       r.decided.Load(),
 		NotSent:       r.notSent.Load(),
 		OOM:           r.oom.Load(),
+		Refunds:       r.refunds.Load(),
+		RefundsFailed: r.refundsFailed.Load(),
 
 		LocalFallbacks:          r.localDecisions.Load(),
 		LateCharged:             r.lateCharged.Load(),
@@ -432,6 +446,9 @@ func (r *Store) applyStrict(ctx context.Context, until time.Time, items []backen
 		}
 	}
 	r.decided.Add(1)
+	if !c.whole && !backend.Verdict(items, out[:n]) {
+		r.refund(ctx, c, items, out[:n])
+	}
 	if !r.cluster {
 		// Answered: the worker is done with c (see releaseCall).
 		releaseCall(c)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
@@ -132,15 +135,94 @@ const testTTLSlack = time.Hour
 // window or a log's window, two windows for the sliding counter, and for
 // token_bucket and gcra a full refill from MaxDebt below empty,
 // (Capacity()+Requests)/Requests windows. Before the debt cap a charge of
-// 10^12 to a 10 per hour bucket left a key with no TTL at all.
+// 10^12 to a 10 per hour bucket left a key with no TTL at all. On a
+// Cluster the same, and so for the keys that refunds of denied requests
+// across slots write.
 func TestEveryKeyHasATTL(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	rc := srv.Client()
-	ctx := context.Background()
 	r := newRedisStore(t, redis.Options{URL: srv.URL(), KeyPrefix: "every:"})
+	testEveryKeyHasATTL(t, r, rc, func(ctx context.Context) []string { return rc.Keys(ctx, "every:*").Val() }, 0)
+}
+
+// testClusterEveryKeyHasATTL is TestEveryKeyHasATTL on a Cluster (see
+// TestRedisCluster).
+func testClusterEveryKeyHasATTL(t *testing.T, cl *redistest.Cluster) {
+	cc := cl.Client(t)
+	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "every:"})
+	keys := func(ctx context.Context) []string {
+		var mu sync.Mutex
+		var all []string
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+			ks, err := c.Keys(ctx, "every:*").Result()
+			mu.Lock()
+			all = append(all, ks...)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+	a, b := partitionsOnTwoNodes(t)
+	testEveryKeyHasATTL(t, r, cc, keys, a)
+
+	// Refunds: an item admitted in b's slot and refunded because a's slot
+	// denies, beside a huge usage charge in b's slot that stays (in a quota
+	// group of its own: the request is denied by a's slot alone).
+	ctx := context.Background()
+	deny := backend.Item{Key: "deny", Limit: algorithms.Limit{Requests: 0, Window: time.Second}, Hits: 1, Partition: a}
+	before := r.Stats().Refunds
+	for _, k := range algorithms.Kinds() {
+		l := algorithms.Limit{Algorithm: k, Requests: 10, Window: time.Hour}
+		if k.HasBurst() {
+			l.Burst = 30
+		}
+		for i, hits := range []uint64{1e12, math.MaxUint64} {
+			kept := backend.Item{Key: fmt.Sprintf("kept:%s", k), Limit: l, Hits: 1, Partition: b}
+			// Quota: an Enforced usage charge that does not fit would deny
+			// in b's slot too, leaving nothing to refund.
+			usage := backend.Item{Key: fmt.Sprintf("usage%d:%s", i, k), Limit: l, Hits: hits, Partition: b, Account: true, Mode: backend.Quota}
+			redisApply(t, r, backend.Item{Key: kept.Key, Limit: l, Hits: 2, Partition: b}) // a state to refund into
+			if _, ok := redisApply(t, r, kept, usage, deny); ok {
+				t.Fatalf("%s: a request with a zero limit was allowed", k)
+			}
+			for _, key := range []string{kept.Key, usage.Key} {
+				rk := redis.RedisKey("every:", backend.Item{Key: key, Partition: b})
+				if pttl, err := cc.Do(ctx, "PTTL", rk).Int64(); err != nil || pttl <= 0 {
+					t.Fatalf("%s: key %s after a refund: PTTL %d (%v), want > 0", k, key, pttl, err)
+				}
+			}
+		}
+	}
+	if got := r.Stats().Refunds - before; got != uint64(2*len(algorithms.Kinds())) {
+		t.Fatalf("%d refunds, want %d", got, 2*len(algorithms.Kinds()))
+	}
+	for _, key := range keys(ctx) {
+		// -1: no TTL; -2: expired since it was listed.
+		if pttl, err := cc.Do(ctx, "PTTL", key).Int64(); err != nil || pttl == -1 {
+			t.Errorf("key %s has PTTL %d (%v)", key, pttl, err)
+		}
+	}
+}
+
+// pttlDoer reads a key's PTTL raw (a TTL may be beyond what a Duration
+// holds): a standalone or a Cluster client.
+type pttlDoer interface {
+	Do(ctx context.Context, args ...interface{}) *goredis.Cmd
+}
+
+// testEveryKeyHasATTL is TestEveryKeyHasATTL's body on store r, whose keys
+// (prefix "every:") rc reads and keys lists; partition places the keys.
+func testEveryKeyHasATTL(t *testing.T, r *redis.Store, rc pttlDoer, keys func(context.Context) []string, partition uint64) {
+	ctx := context.Background()
 	n := 0
 	for _, k := range algorithms.Kinds() {
-		for _, w := range []time.Duration{time.Second, time.Hour, 24 * time.Hour} {
+		// Windows of an hour or more: a fixed window's key may expire
+		// within a millisecond of its charge at a window's end, and a
+		// short window's often would before PTTL reads it.
+		for _, w := range []time.Duration{time.Hour, 24 * time.Hour, 7 * 24 * time.Hour} {
 			l := algorithms.Limit{Algorithm: k, Requests: 10, Window: w}
 			if k.HasBurst() {
 				l.Burst = 30
@@ -157,8 +239,9 @@ func TestEveryKeyHasATTL(t *testing.T) {
 					for _, mode := range []backend.Mode{backend.Enforced, backend.Quota} {
 						n++
 						key := fmt.Sprintf("k%d", n)
-						redisApply(t, r, backend.Item{Key: key, Limit: l, Hits: hits, Account: account, Mode: mode})
-						pttl, err := rc.Do(ctx, "PTTL", "every:"+key).Int64()
+						it := backend.Item{Key: key, Limit: l, Hits: hits, Account: account, Mode: mode, Partition: partition}
+						redisApply(t, r, it)
+						pttl, err := rc.Do(ctx, "PTTL", redis.RedisKey("every:", it)).Int64()
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -174,10 +257,11 @@ func TestEveryKeyHasATTL(t *testing.T) {
 			}
 		}
 	}
-	// Nothing written without a TTL, whatever it is.
-	for _, key := range rc.Keys(ctx, "every:*").Val() {
-		if pttl := rc.PTTL(ctx, key).Val(); pttl < 0 {
-			t.Errorf("key %s has PTTL %v", key, pttl)
+	// Nothing written without a TTL, whatever it is (-1: no TTL; -2:
+	// expired since it was listed).
+	for _, key := range keys(ctx) {
+		if pttl, err := rc.Do(ctx, "PTTL", key).Int64(); err != nil || pttl == -1 {
+			t.Errorf("key %s has PTTL %d (%v)", key, pttl, err)
 		}
 	}
 }

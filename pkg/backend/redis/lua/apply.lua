@@ -47,20 +47,23 @@ end
 local u_keys, u_at, u_count, u_prev, u_level, u_drop, u_np, u_reset = {}, {}, {}, {}, {}, {}, {}, {}
 local tgen, RQ = {}, 0
 local ok_ = {}
+-- The state's at each charge of a request wrote (-1: none): the reply of
+-- a part of a request ends with them, for a refund (see refund).
+local at_ = {}
 
-local function save(ki, injected)
-	local key, reset, alg = K[ki], resets[ki], algs[ki]
-	if reset == 0 then
-		call("DEL", key)
-		return
-	end
-	-- Every key written gets a TTL: its ResetAfter, or for a state that is
-	-- fresh only after more than algorithms.Never (about 292 years: a limit
-	-- whose full refill takes that long) that much, as the memory store
-	-- keeps such an entry until then.
+-- ttl_ms returns the TTL of a key whose state is fresh after reset µs
+-- (not 0). Every key written gets a finite positive TTL: its ResetAfter
+-- rounded up to the millisecond, saturated at algorithms.Never (about 292
+-- years: a state fresh only later still, a limit whose full refill takes
+-- that long, gets that much, as the memory store keeps such an entry until
+-- then).
+local function ttl_ms(reset, injected)
 	local ms = MAX_TTL_MS
-	if reset ~= NEVER then
+	if reset ~= NEVER and reset > 0 then
 		ms = ceil(reset / 1000)
+		if not (ms < MAX_TTL_MS) then
+			ms = MAX_TTL_MS
+		end
 	end
 	if injected then
 		-- A test's clock need not keep pace with Redis's (it may stand
@@ -69,6 +72,16 @@ local function save(ki, injected)
 		-- longer, so that none expires during a test.
 		ms = ms + TEST_TTL_SLACK_MS
 	end
+	return ms
+end
+
+local function save(ki, injected)
+	local key, reset, alg = K[ki], resets[ki], algs[ki]
+	if reset == 0 then
+		call("DEL", key)
+		return
+	end
+	local ms = ttl_ms(reset, injected)
 	if alg ~= LOG then
 		local v
 		if alg == COUNTER then
@@ -128,6 +141,102 @@ local function save(ki, injected)
 	call("PEXPIRE", key, ms)
 end
 
+-- refund takes back the hits of one admission charge that a part of a
+-- request split across Cluster slots made in an earlier call (at ca: the
+-- state's at that charge wrote, see apply), the request being denied in
+-- another slot, and replies at out[o+1..o+4] the key's state as it stays,
+-- as a check. Requests of other callers may have charged the key since:
+-- the refund takes back only what is still there of this charge, so the
+-- state is the one without it:
+--   - fixed_window and sliding_window_counter: the count of window ca, if
+--     it is still the current window (or the previous one of a counter);
+--   - sliding_window_log: the charge's entry, if it is still stored;
+--   - token_bucket and gcra: the debt the charge added, at most the debt
+--     left; when another request wrote the key after the charge, less what
+--     the limit refilled from the charge to that write (the debt may have
+--     drained below the charge meanwhile, taking part of it away already:
+--     the state does not tell, so the refund never takes back more than
+--     what may be left of it).
+-- The key is read afresh and written at once: a refund call holds refunds
+-- only, and may take back several charges of one key.
+local function refund(ki, alg, req, w, capacity, hits, ca, now, injected, o)
+	G = G + 1
+	dn = 0
+	load(ki, alg)
+	local key, changed = K[ki], false
+	if hits == 0 then
+		-- A check: only the reply.
+		local _ = nil
+	elseif alg == FIXED then
+		if s_at[ki] == ca and s_count[ki] > 0 then
+			s_count[ki], changed = sub0(s_count[ki], hits), true
+		end
+	elseif alg == COUNTER then
+		if s_at[ki] == ca and s_count[ki] > 0 then
+			s_count[ki], changed = sub0(s_count[ki], hits), true
+		elseif s_at[ki] == ca + w and s_prev[ki] > 0 then
+			s_prev[ki], changed = sub0(s_prev[ki], hits), true
+		end
+	elseif alg == BUCKET or alg == GCRA then
+		local last = s_at[ki]
+		local at, level, held, until_ = bucket_base(ki, now, w, req)
+		local t = now
+		if t < at then
+			t = at
+		end
+		local debt = level - (t - at) * req
+		if debt < 0 then
+			debt = 0
+		end
+		local e = hits * w
+		if last > ca then
+			e = e - (last - ca) * req
+		end
+		if e > debt then
+			e = debt
+		end
+		if e > 0 then
+			store(ki, alg, at, until_, held, level - e)
+			changed = true
+		end
+	else
+		local v
+		if hits == 1 then
+			v = pack(F_ENTRY1, ca)
+		else
+			v = pack(F_ENTRY2, ca, hits)
+		end
+		if l_exists[ki] and call("LREM", key, -1, v) > 0 then
+			local last = s_prev[ki]
+			if last == ca then
+				-- The newest entry may be gone: the newest left is.
+				last = 0
+				local t = call("LINDEX", key, -1)
+				if t then
+					last = parse_entry(t) or 0
+				end
+			end
+			call("LSET", key, 0, pack(F_STATE3, MAGIC + LOG, s_at[ki], sub0(s_count[ki], hits), last))
+			G = G + 1
+			load(ki, alg)
+			local _, rem, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+			if reset == 0 then
+				call("DEL", key)
+			else
+				call("PEXPIRE", key, ttl_ms(reset, injected))
+			end
+			reply(o, true, rem, 0, reset)
+			return
+		end
+	end
+	local _, rem, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+	if changed then
+		resets[ki] = reset
+		save(ki, injected)
+	end
+	reply(o, true, rem, 0, reset)
+end
+
 -- apply runs one call: keys are KEYS, args ARGV (see script.go).
 local function apply(keys, args)
 	if not floor then
@@ -138,7 +247,7 @@ local function apply(keys, args)
 	dn = 0
 	out = {}
 	local A, no = args[1], 0
-	local time_now, injected
+	local time_now, injected, refunds
 	if #args ~= 1 then
 		fail("envoy-rls: ARGV is one string")
 	end
@@ -162,118 +271,79 @@ local function apply(keys, args)
 		if p + n * ITEM_BYTES > na + 1 then
 			fail("envoy-rls: malformed arguments")
 		end
-		local first = p
-		no = no + 1
-		local commit_at = no
-		out[no] = 1
-		RQ = RQ + 1
-		local u_n, dn0 = 0, dn
-		local enforced_ok, groups = true, nil
-		for i = 1, n do
-			local ki, alg, mode, bits, group, req, w, capacity, hits
-			ki, alg, mode, bits, group, req, w, capacity, hits, p = unpack_(F_ITEM, A, p)
-			local over, acct = bits % 2 == 1, bits >= BIT_ACCOUNT
-			if alg > GCRA or mode > QUOTA or bits > 3 or not K[ki] then
-				fail("envoy-rls: unknown algorithm, mode or key in item " .. i)
+		if n > 0 and byte(A, p + 6) >= BIT_REFUND then
+			-- A refund (see refund): every item is one, with the instant
+			-- of its charge after it, and the call holds refunds only.
+			if no > 0 and not refunds then
+				fail("envoy-rls: refunds in a call of their own")
 			end
-			if lgen[ki] ~= G then
-				load(ki, alg)
-			elseif algs[ki] ~= alg then
-				fail("envoy-rls: items of key " .. K[ki] .. " use different algorithms")
-			end
-			local ok, rem, retry, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
-			local charge, push = ok, hits > 0 and req > 0
-			if not ok and acct and req > 0 then
-				-- Usage accounting: charged although it does not fit.
-				nat, nc, np, nl, push = force(alg, req, w, capacity, ki, now, hits)
-				charge = true
-			end
-			if charge then
-				-- A request of one item that allows commits exactly when
-				-- it is allowed: it needs no undo. (One that is accounted
-				-- without fitting may not commit, and is charged again
-				-- from the state before it.)
-				if (n > 1 or not ok) and tgen[ki] ~= RQ then
-					tgen[ki] = RQ
-					u_n = u_n + 1
-					u_keys[u_n] = ki
-					u_at[u_n], u_count[u_n], u_prev[u_n], u_level[u_n] = s_at[ki], s_count[ki], s_prev[ki], s_level[ki]
-					u_drop[u_n], u_np[u_n], u_reset[u_n] = l_drop[ki], l_np[ki], resets[ki]
+			refunds = true
+			no = no + 1
+			out[no] = 1
+			for _ = 1, n do
+				local ki, alg, _, bits, _, req, w, capacity, hits, ca
+				ki, alg, _, bits, _, req, w, capacity, hits, p = unpack_(F_ITEM, A, p)
+				if p + 8 > na + 1 or bits ~= BIT_REFUND or alg > GCRA or not K[ki] then
+					fail("envoy-rls: malformed refund")
 				end
-				store(ki, alg, nat, nc, np, nl, push, hits)
-				if not ok then
-					-- Accounted: the decision is a check of the state after
-					-- the charge, denied.
-					local _
-					_, rem, retry, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+				ca, p = unpack_("<d", A, p)
+				if req > 0 then
+					refund(ki, alg, req, w, capacity, hits, ca, now, injected, no)
+				else
+					out[no + 1], out[no + 2], out[no + 3], out[no + 4] = 1, 0, 0, 0
 				end
-				resets[ki] = reset
-				if dgen[ki] ~= G then
-					dgen[ki] = G
-					dn = dn + 1
-					dl[dn] = ki
-				end
+				no = no + 4
 			end
-			ok_[i] = ok
-			if mode == ENFORCED then
-				if not ok then
-					enforced_ok = false
-				end
-			elseif mode == QUOTA then
-				groups = groups or {}
-				groups[group] = groups[group] or not ok
+		else
+			if refunds then
+				fail("envoy-rls: refunds in a call of their own")
 			end
-			reply(no, ok, rem, retry, reset)
-			no = no + 4
-		end
-		local commit = enforced_ok
-		if commit and whole and groups then
-			commit = false
-			for _, denied in each(groups) do
-				if not denied then
-					commit = true
-					break
-				end
-			end
-		end
-		if not commit then
-			out[commit_at] = 0
-			-- Undo, newest first, then report the allowing items' state
-			-- as it stays.
-			for j = u_n, 1, -1 do
-				local ki = u_keys[j]
-				s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = u_at[j], u_count[j], u_prev[j], u_level[j]
-				l_drop[ki], resets[ki] = u_drop[j], u_reset[j]
-				if algs[ki] == LOG then
-					local push, k = l_push[ki], u_np[j]
-					for x = 2 * l_np[ki], 2 * k + 1, -1 do
-						push[x] = nil
-					end
-					l_np[ki] = k
-				end
-			end
-			for j = dn0 + 1, dn do
-				dgen[dl[j]] = 0
-			end
-			dn = dn0
-			-- Only usage accounting is charged: charge it again (its replies
-			-- stay the ones the verdict was made of), and report the other
-			-- allowing items' state as it stays.
-			local q = first
+			local first = p
+			no = no + 1
+			local commit_at = no
+			out[no] = 1
+			RQ = RQ + 1
+			local u_n, dn0 = 0, dn
+			local enforced_ok, groups = true, nil
 			for i = 1, n do
-				local ki, alg, _, bits, _, req, w, capacity, hits
-				ki, alg, _, bits, _, req, w, capacity, hits, q = unpack_(F_ITEM, A, q)
-				if bits >= BIT_ACCOUNT and req > 0 then
-					local over = bits % 2 == 1
-					local ok, _, _, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
-					local push = hits > 0
-					if not ok then
-						nat, nc, np, nl, push = force(alg, req, w, capacity, ki, now, hits)
+				local ki, alg, mode, bits, group, req, w, capacity, hits
+				ki, alg, mode, bits, group, req, w, capacity, hits, p = unpack_(F_ITEM, A, p)
+				local over, acct = bits % 2 == 1, bits >= BIT_ACCOUNT
+				if alg > GCRA or mode > QUOTA or bits > 3 or not K[ki] then
+					fail("envoy-rls: unknown algorithm, mode or key in item " .. i)
+				end
+				if lgen[ki] ~= G then
+					load(ki, alg)
+				elseif algs[ki] ~= alg then
+					fail("envoy-rls: items of key " .. K[ki] .. " use different algorithms")
+				end
+				local ok, rem, retry, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
+				local charge, push = ok, hits > 0 and req > 0
+				at_[i] = -1
+				if not ok and acct and req > 0 then
+					-- Usage accounting: charged although it does not fit.
+					nat, nc, np, nl, push = force(alg, req, w, capacity, ki, now, hits)
+					charge = true
+				end
+				if charge then
+					-- A request of one item that allows commits exactly when
+					-- it is allowed: it needs no undo. (One that is accounted
+					-- without fitting may not commit, and is charged again
+					-- from the state before it.)
+					if (n > 1 or not ok) and tgen[ki] ~= RQ then
+						tgen[ki] = RQ
+						u_n = u_n + 1
+						u_keys[u_n] = ki
+						u_at[u_n], u_count[u_n], u_prev[u_n], u_level[u_n] = s_at[ki], s_count[ki], s_prev[ki], s_level[ki]
+						u_drop[u_n], u_np[u_n], u_reset[u_n] = l_drop[ki], l_np[ki], resets[ki]
 					end
 					store(ki, alg, nat, nc, np, nl, push, hits)
+					at_[i] = nat
 					if not ok then
+						-- Accounted: the decision is a check of the state after
+						-- the charge, denied.
 						local _
-						_, _, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+						_, rem, retry, reset = decide(alg, req, w, capacity, ki, now, 0, false)
 					end
 					resets[ki] = reset
 					if dgen[ki] ~= G then
@@ -281,9 +351,88 @@ local function apply(keys, args)
 						dn = dn + 1
 						dl[dn] = ki
 					end
-				elseif ok_[i] then
-					local _, rem, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
-					reply(commit_at + 4 * (i - 1), true, rem, 0, reset)
+				end
+				ok_[i] = ok
+				if mode == ENFORCED then
+					if not ok then
+						enforced_ok = false
+					end
+				elseif mode == QUOTA then
+					groups = groups or {}
+					groups[group] = groups[group] or not ok
+				end
+				reply(no, ok, rem, retry, reset)
+				no = no + 4
+			end
+			local commit = enforced_ok
+			if commit and whole and groups then
+				commit = false
+				for _, denied in each(groups) do
+					if not denied then
+						commit = true
+						break
+					end
+				end
+			end
+			if not commit then
+				out[commit_at] = 0
+				-- Undo, newest first, then report the allowing items' state
+				-- as it stays.
+				for j = u_n, 1, -1 do
+					local ki = u_keys[j]
+					s_at[ki], s_count[ki], s_prev[ki], s_level[ki] = u_at[j], u_count[j], u_prev[j], u_level[j]
+					l_drop[ki], resets[ki] = u_drop[j], u_reset[j]
+					if algs[ki] == LOG then
+						local push, k = l_push[ki], u_np[j]
+						for x = 2 * l_np[ki], 2 * k + 1, -1 do
+							push[x] = nil
+						end
+						l_np[ki] = k
+					end
+				end
+				for j = dn0 + 1, dn do
+					dgen[dl[j]] = 0
+				end
+				dn = dn0
+				-- Only usage accounting is charged: charge it again (its replies
+				-- stay the ones the verdict was made of), and report the other
+				-- allowing items' state as it stays.
+				local q = first
+				for i = 1, n do
+					local ki, alg, _, bits, _, req, w, capacity, hits
+					ki, alg, _, bits, _, req, w, capacity, hits, q = unpack_(F_ITEM, A, q)
+					if bits >= BIT_ACCOUNT and req > 0 then
+						local over = bits % 2 == 1
+						local ok, _, _, reset, nat, nc, np, nl = decide(alg, req, w, capacity, ki, now, hits, over)
+						local push = hits > 0
+						if not ok then
+							nat, nc, np, nl, push = force(alg, req, w, capacity, ki, now, hits)
+						end
+						store(ki, alg, nat, nc, np, nl, push, hits)
+						if not ok then
+							local _
+							_, _, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+						end
+						resets[ki] = reset
+						if dgen[ki] ~= G then
+							dgen[ki] = G
+							dn = dn + 1
+							dl[dn] = ki
+						end
+					elseif ok_[i] then
+						local _, rem, _, reset = decide(alg, req, w, capacity, ki, now, 0, false)
+						reply(commit_at + 4 * (i - 1), true, rem, 0, reset)
+					end
+				end
+			end
+			if not whole then
+				for i = 1, n do
+					no = no + 1
+					if commit then
+						out[no] = at_[i]
+					else
+						out[no] = -1
+					end
 				end
 			end
 		end

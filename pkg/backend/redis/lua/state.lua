@@ -25,7 +25,7 @@
 local FIXED, BUCKET, LOG, COUNTER, GCRA = 0, 1, 2, 3, 4
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
 local REQUEST_BYTES, ITEM_BYTES = 12, 43
-local BIT_OVER, BIT_ACCOUNT = 1, 2
+local BIT_OVER, BIT_ACCOUNT, BIT_REFUND = 1, 2, 4
 local MAGIC = 240 -- the first byte of a state: MAGIC + the algorithm
 local TEST_TTL_SLACK_MS = 3600000 -- added to TTLs under a test's clock (see save)
 local NEVER = -1
