@@ -53,10 +53,17 @@ if v and string.byte(v, 1) == MAGIC + alg then
 	end
 end
 
+-- set writes the state with a TTL of ttl_us rounded up to the millisecond,
+-- at least 1 ms and saturated at algorithms.Never, as apply.lua's: every
+-- key written has a finite positive TTL, whatever the charge.
+local MAX_TTL_MS = 9223372036854
 local function set(val, ttl_us)
 	local ms = ceil(ttl_us / 1000)
-	if ms < 1 then
+	if not (ms >= 1) then
 		ms = 1
+	end
+	if not (ms < MAX_TTL_MS) then
+		ms = MAX_TTL_MS
 	end
 	redis.call("SET", key, val, "PX", ms + slack)
 end
