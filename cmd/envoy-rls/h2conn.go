@@ -24,8 +24,8 @@ const (
 	h2ClientPreface  = len("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 )
 
-// How an evicted gRPC connection is closed: a GOAWAY naming no stream
-// yet and a PING; the PING's answer shows the client has seen the GOAWAY
+// How an evicted gRPC connection is closed: a GOAWAY that still admits
+// every stream (last stream 2^31-1) and a PING; the PING's answer shows the client has seen the GOAWAY
 // and will open no more streams, so a second GOAWAY can name the last
 // stream it opened (as grpc-go's own graceful close does). The connection
 // is closed once the second GOAWAY is written and its streams are done, or
@@ -138,7 +138,7 @@ func (h *h2Conn) streamDone(id uint32) {
 }
 
 // goAway closes the connection gracefully: see goAwayAckTimeout. It may
-// block on a client that does not read, for up to goAwayAckTimeout.
+// block on a client that does not read, for up to evictDrainMax.
 func (h *h2Conn) goAway() {
 	h.mu.Lock()
 	if h.phase != 0 {
@@ -147,6 +147,9 @@ func (h *h2Conn) goAway() {
 	}
 	h.phase = 1
 	h.mu.Unlock()
+	// Also when grpc-go's writer is stuck on a client that reads nothing:
+	// the close unblocks it and the write below.
+	time.AfterFunc(evictDrainMax, func() { h.Conn.Close() })
 	var frames []byte
 	frames = appendGoAway(frames, h2MaxStreamID)
 	frames = appendFrameHeader(frames, 8, h2FramePing, 0, 0)
@@ -163,7 +166,6 @@ func (h *h2Conn) goAway() {
 			h.Conn.Close()
 		}
 	})
-	time.AfterFunc(evictDrainMax, func() { h.Conn.Close() })
 }
 
 // lastGoAway sends the second GOAWAY, naming the last stream the client

@@ -2,11 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"math/rand/v2"
+	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // TestFrameScannerInPieces: the client preface and a run of frames, fed
@@ -47,5 +54,44 @@ func TestFrameScannerInPieces(t *testing.T) {
 				t.Fatalf("run %d: frame %d is %+v, want %+v", run, i, got[i], want[i])
 			}
 		}
+	}
+}
+
+// BenchmarkCallsThroughTrackedListener: sequential gRPC health calls over
+// loopback, the server's listener plain or a limitListener following each
+// connection's frames (each call makes it busy, then idle, under the
+// listener's lock).
+func BenchmarkCallsThroughTrackedListener(b *testing.B) {
+	for _, tracked := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "tracked"}[tracked], func(b *testing.B) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if tracked {
+				lis = grpcConnListener(lis, 16, time.Minute, false)
+			}
+			srv := grpc.NewServer()
+			healthpb.RegisterHealthServer(srv, health.NewServer())
+			go srv.Serve(lis)
+			defer srv.Stop()
+			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			client := healthpb.NewHealthClient(conn)
+			ctx := context.Background()
+			if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

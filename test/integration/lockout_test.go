@@ -302,7 +302,7 @@ func TestSilentConnectionIsClosedAfterFirstRequestTimeout(t *testing.T) {
 
 // TestCallRacingAnEvictionIsServed: with --grpc-max-connections 2, a raw
 // HTTP/2 connection silent for the eviction minimum age is evicted by a
-// newcomer. It receives the first GOAWAY (naming no stream) and a PING,
+// newcomer. It receives the first GOAWAY (last stream 2^31-1) and a PING,
 // and only then sends a call, as a client whose call crossed the GOAWAY
 // would, and answers the PING: the second GOAWAY names that call's
 // stream, the call is answered OK, and the connection is closed after.
