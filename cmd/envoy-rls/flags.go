@@ -130,27 +130,64 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
+// checkOptions are check-config's: the config path and how to read it,
+// and, when the reference server's environment named them (no --config),
+// the variables that did.
+type checkOptions struct {
+	path string
+	lo   loadOptions
+	from string // "" unless the reference's environment chose the path
+}
+
+// checkFlags are the flags of check-config that the reference's
+// environment can set (those of serve with the same names).
+var checkFlags = []string{"config", "config-recursive", "config-all-files", "config-dotfiles", "merge-domain-config", "config-lenient", "rlqs"}
+
 // parseCheck parses check-config's flags. On -h it writes the usage to out
-// and returns errHelp.
-func parseCheck(args []string, out io.Writer) (string, loadOptions, error) {
-	var (
-		path string
-		lo   loadOptions
-	)
-	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config] [--config-lenient] [--rlqs]\n\nLoads the config and prints every error as file:line: reason (exit 1), or that it is valid (exit 0); with --config-lenient, what was accepted as the reference server accepts it as file:line: warning: reason.", true)
+// and returns errHelp. Without --config, it reads the config where serve
+// would: where the reference server's environment says, selecting its
+// files as serve then does.
+func parseCheck(args []string, out io.Writer) (checkOptions, error) {
+	var co checkOptions
+	c := newCommand("check-config", "  envoy-rls check-config --config PATH [--config-recursive] [--config-all-files] [--config-dotfiles] [--merge-domain-config] [--config-lenient] [--rlqs]\n  envoy-rls check-config   (no --config: where the reference server's environment says, as serve reads it)\n\nLoads the config as serve would and prints every file of a directory it skips and why, then every error as file:line: reason (exit 1), or that it is valid (exit 0); with --config-lenient, what was accepted as the reference server accepts it as file:line: warning: reason.", true)
 	fs := c.section("Flags")
-	fs.StringVar(&path, "config", "", "descriptor config: a YAML file or a directory of them (required)")
-	lo.addFlags(fs)
+	fs.StringVar(&co.path, "config", "", "descriptor config: a YAML file or a directory of them (default: where the reference server's environment says, as serve reads it)")
+	co.lo.addFlags(fs)
 	if err := c.parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			c.usage(out)
 		}
-		return "", lo, err
+		return co, err
 	}
-	if path == "" {
-		return "", lo, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG)")
+	if co.path != "" {
+		return co, nil
 	}
-	return path, lo, nil
+	res, err := refenv.Translate(lookupEnv)
+	if err != nil {
+		return co, fmt.Errorf("no --config: reading the reference server's environment (envoyproxy/ratelimit), as serve does:\n%v", err)
+	}
+	if x, ok := res.Lookup("config-xds"); ok {
+		return co, fmt.Errorf("no --config, and the reference server's environment takes the config over xDS (%s: %s): nothing to check; give --config PATH", x.From, x.Value)
+	}
+	var errs []error
+	for _, name := range checkFlags {
+		st, ok := res.Lookup(name)
+		if !ok || c.given(name) {
+			continue
+		}
+		if err := c.fs.Set(name, st.Value); err != nil {
+			errs = append(errs, fmt.Errorf("%s: --%s=%q: %v", st.From, name, st.Value, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return co, err
+	}
+	if co.path == "" {
+		return co, errors.New("--config is required: a YAML file or a directory of them (or set ENVOY_RLS_CONFIG)")
+	}
+	st, _ := res.Lookup("config")
+	co.from = st.From
+	return co, nil
 }
 
 // backendKind is --backend: memory or redis.

@@ -78,14 +78,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "check-config":
-		path, lo, err := parseCheck(args[1:], stdout)
+		co, err := parseCheck(args[1:], stdout)
 		if errors.Is(err, errHelp) {
 			return 0
 		}
 		if err != nil {
 			return fail("check-config", err)
 		}
-		return checkConfig(path, lo.descriptorOptions(), stdout, stderr)
+		return checkConfig(co, stdout, stderr)
 	case "version", "--version", "-version":
 		c := newCommand("version", "  envoy-rls version\n\nPrints the version of this binary: the one set with -ldflags \"-X main.version=...\" or\nrecorded by Go, the git commit it was built from, and the Go version.", false)
 		if err := c.parse(args[1:]); errors.Is(err, errHelp) {
@@ -112,10 +112,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// checkConfig loads the config at path and prints every error as
-// file:line: reason, and with --config-lenient every warning as
-// file:line: warning: reason. It returns the process exit code.
-func checkConfig(path string, lo descriptors.Options, stdout, stderr io.Writer) int {
+// checkConfig loads the config at co.path as serve would, and prints the
+// files of a directory it skips and why, every error as file:line: reason,
+// and with --config-lenient every warning as file:line: warning: reason.
+// It returns the process exit code.
+func checkConfig(co checkOptions, stdout, stderr io.Writer) int {
+	path, lo := co.path, co.lo.descriptorOptions()
+	if co.from != "" {
+		fmt.Fprintf(stdout, "no --config: reading %s as serve does under the reference server's environment (%s)\n", path, co.from)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		// The selection the loader makes (it calls the same function).
+		if _, skipped, err := descriptors.SelectFiles(path, lo); err == nil {
+			for _, sk := range skipped {
+				fmt.Fprintf(stdout, "%s: skipped: %s%s\n", sk.Path, sk.Reason, co.readsIt(sk.Option))
+			}
+		}
+	}
 	cfg, err := descriptors.LoadWith(path, lo)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -128,4 +141,17 @@ func checkConfig(path string, lo descriptors.Options, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d domains)\n", path, len(cfg.Domains()))
 	return 0
+}
+
+// readsIt names what would read a skipped file, after its reason: the
+// flag of the descriptors.Options field option (none: "").
+func (co checkOptions) readsIt(option string) string {
+	flag := map[string]string{"Recursive": "--config-recursive", "AllFiles": "--config-all-files", "Dotfiles": "--config-dotfiles"}[option]
+	switch {
+	case flag == "":
+		return ""
+	case co.from != "" && option == "Dotfiles":
+		return " (RUNTIME_IGNOREDOTFILES=false or " + flag + " reads it)"
+	}
+	return " (" + flag + " reads it)"
 }

@@ -253,12 +253,12 @@ func TestReferenceEnvironmentFilesAndModes(t *testing.T) {
 	if o, err = parseServe([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !o.Source.Load.descriptorOptions().Lenient {
 		t.Fatalf("ENVOY_RLS_CONFIG_LENIENT: %+v, %v", o, err)
 	}
-	if _, lo, err := parseCheck([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !lo.descriptorOptions().Lenient {
-		t.Fatalf("check-config with ENVOY_RLS_CONFIG_LENIENT: %+v, %v", lo, err)
+	if co, err := parseCheck([]string{"--config", "/etc/rls"}, io.Discard); err != nil || !co.lo.descriptorOptions().Lenient {
+		t.Fatalf("check-config with ENVOY_RLS_CONFIG_LENIENT: %+v, %v", co, err)
 	}
 	t.Setenv("ENVOY_RLS_CONFIG_LENIENT", "")
-	if _, lo, err := parseCheck([]string{"--config", "/etc/rls", "--config-lenient"}, io.Discard); err != nil || !lo.descriptorOptions().Lenient {
-		t.Fatalf("check-config --config-lenient: %+v, %v", lo, err)
+	if co, err := parseCheck([]string{"--config", "/etc/rls", "--config-lenient"}, io.Discard); err != nil || !co.lo.descriptorOptions().Lenient {
+		t.Fatalf("check-config --config-lenient: %+v, %v", co, err)
 	}
 	// Header names must be field names and differ.
 	for _, args := range [][]string{

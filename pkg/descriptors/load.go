@@ -69,7 +69,7 @@ func LoadWith(path string, o Options) (*Config, error) {
 	}
 	files := []string{path}
 	if info.IsDir() {
-		if files, err = configFiles(path, o); err != nil {
+		if files, _, err = SelectFiles(path, o); err != nil {
 			return nil, Errors{{File: path, Reason: "cannot read: " + pathReason(err)}}
 		}
 		if len(files) == 0 {
@@ -140,47 +140,88 @@ func ParseDocumentsWith(docs []Document, o Options) (*Config, error) {
 	return build(domains, errs, warns, o)
 }
 
-// configFiles lists the configuration files of a directory that o selects,
-// sorted by path.
-func configFiles(dir string, o Options) ([]string, error) {
+// Skipped is an entry of a config directory that SelectFiles does not read,
+// and why.
+type Skipped struct {
+	Path   string
+	Reason string
+	// Option is the Options field that would read it ("Recursive",
+	// "AllFiles", "Dotfiles"), "" when none would.
+	Option string
+}
+
+// The reasons of Skipped.
+const (
+	SkipAtomicWriter = "Kubernetes' atomic writer entry (..data, ..<timestamp>): it repeats the visible files"
+	SkipDotfile      = "name starts with \".\""
+	SkipDirectory    = "a subdirectory"
+	SkipExtension    = "not *.yaml or *.yml"
+	SkipDirLink      = "a link to a directory (not followed)"
+	SkipNotRegular   = "not a regular file (a socket, device or pipe)"
+)
+
+// SelectFiles lists the configuration files of directory dir that o
+// selects, sorted by path, and every entry it does not read with why: the
+// one selection LoadWith makes, for a config checker to show. A link to a
+// regular file is read as the file; a link to nothing is an error.
+func SelectFiles(dir string, o Options) (files []string, skipped []Skipped, err error) {
+	err = selectFiles(dir, o, &files, &skipped)
+	return files, skipped, err
+}
+
+func selectFiles(dir string, o Options, files *[]string, skipped *[]Skipped) error {
 	entries, err := os.ReadDir(dir) // sorted by name
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var files []string
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, "..") || (!o.Dotfiles && strings.HasPrefix(name, ".")) {
+		full := filepath.Join(dir, name)
+		skip := func(reason, option string) {
+			*skipped = append(*skipped, Skipped{Path: full, Reason: reason, Option: option})
+		}
+		switch {
+		case strings.HasPrefix(name, ".."):
+			skip(SkipAtomicWriter, "")
+			continue
+		case !o.Dotfiles && strings.HasPrefix(name, "."):
+			skip(SkipDotfile, "Dotfiles")
 			continue
 		}
-		full := filepath.Join(dir, name)
 		if e.IsDir() {
-			if o.Recursive {
-				sub, err := configFiles(full, o)
-				if err != nil {
-					return nil, err
-				}
-				files = append(files, sub...)
+			if !o.Recursive {
+				skip(SkipDirectory, "Recursive")
+				continue
+			}
+			if err := selectFiles(full, o, files, skipped); err != nil {
+				return err
 			}
 			continue
 		}
 		if ext := filepath.Ext(name); !o.AllFiles && ext != ".yaml" && ext != ".yml" {
+			skip(SkipExtension, "AllFiles")
 			continue
 		}
 		if e.Type()&fs.ModeSymlink != 0 { // follow links to files only
 			info, err := os.Stat(full)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if info.IsDir() {
+				skip(SkipDirLink, "")
+				continue
+			}
+			if !info.Mode().IsRegular() {
+				skip(SkipNotRegular, "")
 				continue
 			}
 		} else if !e.Type().IsRegular() {
-			continue // sockets, devices, pipes
+			skip(SkipNotRegular, "") // sockets, devices, pipes
+			continue
 		}
-		files = append(files, full)
+		*files = append(*files, full)
 	}
-	return files, nil
+	return nil
 }
 
 // pathReason is the reason of a file system error without the path, which

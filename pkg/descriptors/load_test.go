@@ -237,3 +237,53 @@ descriptors:
 		t.Fatalf("match = %v", p)
 	}
 }
+
+// SelectFiles lists what LoadWith reads from a directory and every entry it
+// does not, with the option that would read it.
+func TestSelectFilesNamesWhatItSkips(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{"a.yaml": "domain: a\n", "noext": "domain: n\n", ".dot.yaml": "domain: h\n", "..2026_01_01/cm": "domain: c\n"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for target, name := range map[string]string{"..2026_01_01": "..data", "..data/cm": "cm"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, skipped, err := SelectFiles(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0] != filepath.Join(dir, "a.yaml") {
+		t.Errorf("files %q, want a.yaml alone", files)
+	}
+	got := map[string]string{}
+	for _, s := range skipped {
+		got[filepath.Base(s.Path)] = s.Reason + "|" + s.Option
+	}
+	want := map[string]string{
+		"..2026_01_01": SkipAtomicWriter + "|", "..data": SkipAtomicWriter + "|",
+		".dot.yaml": SkipDotfile + "|Dotfiles", "cm": SkipExtension + "|AllFiles", "noext": SkipExtension + "|AllFiles",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("skipped %v, want %v", got, want)
+	}
+	// With every option, the ConfigMap's key is read through its link, once.
+	files, _, err = SelectFiles(dir, Options{AllFiles: true, Dotfiles: true, Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadWith(dir, Options{AllFiles: true, Dotfiles: true, Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 4 || len(cfg.Domains()) != 4 {
+		t.Errorf("every option: files %q, %d domains, want 4 of each", files, len(cfg.Domains()))
+	}
+}
