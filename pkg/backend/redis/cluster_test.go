@@ -23,6 +23,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Exact", func(t *testing.T) { testClusterExact(t, cl) })
 	t.Run("Split", func(t *testing.T) { testClusterSplit(t, cl) })
 	t.Run("RefundSharedLimit", func(t *testing.T) { testClusterRefundSharedLimit(t, cl) })
+	t.Run("RefundConcurrent", func(t *testing.T) { testClusterRefundConcurrent(t, cl) })
 	t.Run("EveryKeyHasATTL", func(t *testing.T) { testClusterEveryKeyHasATTL(t, cl) })
 	t.Run("MatchesMemory", func(t *testing.T) { testClusterMatchesMemory(t, cl) })
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
@@ -328,5 +329,49 @@ func testClusterRefundSharedLimit(t *testing.T, cl *redistest.Cluster) {
 				t.Fatalf("%s: a denied one-slot request cost %d round trips, %d refunds; want 1, 0", name, st.RoundTrips-before.RoundTrips, st.Refunds-before.Refunds)
 			}
 		}
+	}
+}
+
+// testClusterRefundConcurrent: on Redis's clock, three stores, user A's
+// denied cross-slot requests race user B's on a shared limit of L. Until a
+// refund lands B may be denied by A's charge, but once the race is over
+// the shared key holds B's charges only: B then gets the rest of L, for
+// exactly L in all (token_bucket and gcra: within one token, what a
+// refund may keep of a charge when another request wrote the key in
+// between).
+func testClusterRefundConcurrent(t *testing.T, cl *redistest.Cluster) {
+	const L = 40
+	pa, ps := partitionsOnTwoNodes(t)
+	pb := partitionOnOtherSlot(t, pa, ps)
+	var stores []backend.Store
+	for i := 0; i < 3; i++ {
+		stores = append(stores, newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "refund-race:", PoolSize: 4}))
+	}
+	for _, k := range algorithms.Kinds() {
+		userA := backend.Item{Key: "a:" + k.String(), Limit: longLimit(k, 1), Hits: 1, Partition: pa}
+		userB := backend.Item{Key: "b:" + k.String(), Limit: longLimit(k, 1000), Hits: 1, Partition: pb}
+		sh := backend.Item{Key: "shared:" + k.String(), Limit: longLimit(k, L), Hits: 1, Partition: ps}
+		redisApply(t, stores[0], userA) // A's own limit is spent: A is denied from now on
+		raced := hammer(t, stores, 60, 4, func(client, _ int) []backend.Item {
+			if client%2 == 0 {
+				return []backend.Item{userA, sh}
+			}
+			return []backend.Item{userB, sh}
+		})
+		rest := 0
+		for i := 0; i < L+2; i++ {
+			if _, ok := redisApply(t, stores[i%3], userB, sh); ok {
+				rest++
+			}
+		}
+		total := int(raced) + rest
+		lo := L
+		if k == algorithms.TokenBucket || k == algorithms.GCRA {
+			lo = L - 1
+		}
+		if total < lo || total > L {
+			t.Fatalf("%s: B was allowed %d requests during A's denied ones and %d after, %d in all; want %d..%d", k, raced, rest, total, lo, L)
+		}
+		t.Logf("%s: B allowed %d during the race, %d after", k, raced, rest)
 	}
 }
