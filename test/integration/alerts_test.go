@@ -37,7 +37,9 @@ func TestDocumentedAlertsFireInEveryFailureMode(t *testing.T) {
 			srv := redistest.StartStandalone(t)
 			p := startServe(t, nil, "--config", cfg, "--backend", "redis", "--redis-url", srv.URL(),
 				"--failure-mode", mode, "--backend-failure-log-interval", "200ms")
-			ld := startLoad(4, time.Second, func(int) rlsv3.RateLimitServiceClient { return p.client() },
+			// 5 s deadlines: no healthy call times out on a loaded machine
+			// (two in a window of 100 would be over the alert's 1%).
+			ld := startLoad(4, 5*time.Second, func(int) rlsv3.RateLimitServiceClient { return p.client() },
 				func(c, i int) *rlsv3.RateLimitRequest {
 					return &rlsv3.RateLimitRequest{Domain: "fm", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("k", fmt.Sprintf("a-%d-%d", c, i%50))}}
 				})
