@@ -375,3 +375,47 @@ func testClusterRefundConcurrent(t *testing.T, cl *redistest.Cluster) {
 		t.Logf("%s: B allowed %d during the race, %d after", k, raced, rest)
 	}
 }
+
+// BenchmarkRedisClusterSplit: one caller's requests of two items on a
+// 3-master Cluster, sequential, so ns/op is a request's latency: allowed
+// across two slots (one round trip), denied across two slots (the refund's
+// second round trip), and denied on one slot (undone in its one call).
+// round-trips/op counts pipelines.
+func BenchmarkRedisClusterSplit(b *testing.B) {
+	cl := redistest.StartCluster(b, 3)
+	r := newRedisStore(b, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "bsplit:"})
+	pa, ps := uint64(1), uint64(2)
+	for redis.Slot(redis.RedisKey("", backend.Item{Partition: ps})) == redis.Slot(redis.RedisKey("", backend.Item{Partition: pa})) {
+		ps++
+	}
+	free := longLimit(algorithms.TokenBucket, 1<<40)
+	spent := longLimit(algorithms.TokenBucket, 1)
+	cases := []struct {
+		name  string
+		items []backend.Item
+		ok    bool
+	}{
+		{"allowed/two-slots", []backend.Item{{Key: "a", Limit: free, Hits: 1, Partition: pa}, {Key: "s", Limit: free, Hits: 1, Partition: ps}}, true},
+		{"denied/two-slots", []backend.Item{{Key: "spent", Limit: spent, Hits: 1, Partition: pa}, {Key: "s", Limit: free, Hits: 1, Partition: ps}}, false},
+		{"denied/one-slot", []backend.Item{{Key: "spent", Limit: spent, Hits: 1, Partition: pa}, {Key: "a", Limit: free, Hits: 1, Partition: pa}}, false},
+	}
+	redisApply(b, r, backend.Item{Key: "spent", Limit: spent, Hits: 1, Partition: pa})
+	ctx := context.Background()
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			out := make([]algorithms.Decision, len(c.items))
+			redisApply(b, r, c.items...) // the script is loaded
+			before := r.Stats()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if ok, err := r.Apply(ctx, c.items, out); err != nil || ok != c.ok {
+					b.Fatalf("%v %v, want %v", ok, err, c.ok)
+				}
+			}
+			st := r.Stats()
+			b.ReportMetric(float64(st.RoundTrips-before.RoundTrips)/float64(b.N), "round-trips/op")
+			b.ReportMetric(float64(st.Refunds-before.Refunds)/float64(b.N), "refunds/op")
+		})
+	}
+}
