@@ -502,11 +502,19 @@ func (m StoreMetric) With(name, value string) StoreMetric {
 
 // The memory store's metrics (memory.Stats).
 var (
-	MemoryKeys        = StoreMetric{Name: "envoy_rls_memory_keys", Help: "Counter keys held by the memory store.", Gauge: true}
-	MemoryEvictions   = StoreMetric{Name: "envoy_rls_memory_evictions_total", Help: "Keys evicted because the memory store was full (--max-keys or --max-memory)."}
-	MemoryEvictedLive = StoreMetric{Name: "envoy_rls_memory_evictions_live_total", Help: "Evicted keys whose state was not yet fresh: they lost their count. Raise --max-keys or --max-memory if this grows (exhausted keys keep their state in the penalty set)."}
+	MemoryKeys = StoreMetric{Name: "envoy_rls_memory_keys", Help: "Counter keys held by the memory store.", Gauge: true}
+	// MemoryEvictions has a kind label: fresh (the state was fresh: costs
+	// nothing), remembered (kept in the remembered table), penalty (kept in
+	// the penalty set) or lost (the key starts again from a full limit).
+	MemoryEvictions   = StoreMetric{Name: "envoy_rls_memory_evictions_total", Help: "Keys evicted because the memory store was full (--max-keys or --max-memory), by what became of their state: fresh (nothing to keep), remembered (--remembered-keys), penalty (--penalty-keys) or lost (the key starts again from a full limit)."}
+	MemoryEvictedLive = StoreMetric{Name: "envoy_rls_memory_evictions_live_total", Help: "Evicted keys whose state was not yet fresh (kind remembered, penalty and lost of envoy_rls_memory_evictions_total). Raise --max-keys or --max-memory if this grows."}
 	MemorySwept       = StoreMetric{Name: "envoy_rls_memory_swept_total", Help: "Keys dropped because their state was back to fresh (costs nothing)."}
 	MemoryBytes       = StoreMetric{Name: "envoy_rls_memory_bytes", Help: "Estimated bytes of the keys held by the memory store (bounded by --max-memory; each key counts at least --max-memory / --max-keys).", Gauge: true}
+	// The remembered table (--remembered-keys).
+	MemoryRememberedKeys     = StoreMetric{Name: "envoy_rls_memory_remembered_keys", Help: "Evicted keys whose state the remembered table holds (--remembered-keys).", Gauge: true}
+	MemoryRememberedRestored = StoreMetric{Name: "envoy_rls_memory_remembered_restored_total", Help: "Evicted keys used again and given back their state from the remembered table."}
+	// MemoryRememberedDropped has a kind label: part_used or exhausted.
+	MemoryRememberedDropped = StoreMetric{Name: "envoy_rls_memory_remembered_dropped_total", Help: "Remembered records dropped because the table was full, by the state of their key: part_used (the key gets back what it had used) or exhausted (moved to the penalty set, when enabled). Raise --remembered-keys if this grows."}
 	// The penalty set (--penalty-keys).
 	MemoryPenaltyKeys     = StoreMetric{Name: "envoy_rls_memory_penalty_keys", Help: "Evicted exhausted keys whose state the penalty set holds (--penalty-keys).", Gauge: true}
 	MemoryPenaltyRestored = StoreMetric{Name: "envoy_rls_memory_penalty_restored_total", Help: "Evicted exhausted keys used again and given back their state from the penalty set."}

@@ -35,6 +35,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 5}
   - key: flood
     rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: spent
+    rate_limit: {unit: hour, requests_per_unit: 1}
   - key: client
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 1000}
@@ -179,56 +181,98 @@ func TestMemoryBoundFourKBValues(t *testing.T) {
 	}
 }
 
-// TestEvictionFloodKeepsExhaustedKeyDenied exhausts a key limited per hour,
-// then floods fresh keys until the store has evicted it (at least 5 x
-// --max-keys): it is still denied, from the penalty set, until its window
-// ends.
+// TestEvictionFloodKeepsExhaustedKeyDenied runs the floods of
+// memory.TestFloodDefaults through the gRPC path, on a binary with
+// --max-keys 1000 and the remembered table and penalty set scaled with it
+// (2,000 and 100 records: the defaults' ratios). It exhausts a key of 5 per
+// hour and uses 9 hits of a key of 10 per hour, then floods 2,000 distinct
+// keys that each run out (1 per hour, one hit: every eviction is live), and
+// then keys part used (one hit of 10) until the store has evicted the
+// exhausted key (at least 5 x --max-keys: the cache keeps keys in use). The
+// exhausted key is still denied, from the remembered table, until its
+// window ends; the part-used key has exactly its last hit left; no evicted
+// state of the first flood was lost, and no exhausted record was dropped for
+// the second: when the table is full, the part-used flood's own records
+// (each a hit of 10 used) make room for each other.
 func TestEvictionFloodKeepsExhaustedKeyDenied(t *testing.T) {
 	const maxKeys = 1000
-	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t), "--max-keys", strconv.Itoa(maxKeys))
+	p := startBinary(t, plainBinary(t), 200, nil, "--config", boundsConfig(t), "--max-keys", strconv.Itoa(maxKeys),
+		"--remembered-keys", strconv.Itoa(2*maxKeys), "--penalty-keys", strconv.Itoa(maxKeys/10))
 	c := p.client()
-	call := func() *rlsv3.RateLimitResponse {
+	call := func(key, value string) *rlsv3.RateLimitResponse {
 		t.Helper()
 		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
-			Domain: "bounds", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("victim", "alice")}})
+			Domain: "bounds", Descriptors: []*commonv3.RateLimitDescriptor{descriptor(key, value)}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp
 	}
 	for i := range 5 {
-		if r := call(); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		if r := call("victim", "alice"); r.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("hit %d of 5: %v", i+1, r.OverallCode)
 		}
 	}
-	if r := call(); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+	if r := call("victim", "alice"); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("6th hit of 5 per hour: %v", r.OverallCode)
 	}
-	// Flood in rounds of --max-keys until the victim is evicted (the
-	// penalty set holds it): at least 5 x --max-keys, at most 100 x.
-	flooded := 0
-	for flooded < 5*maxKeys || metricValue(t, p, "envoy_rls_memory_penalty_keys") < 1 {
-		if flooded >= 100*maxKeys {
-			t.Fatalf("%d fresh keys did not evict the exhausted key", flooded)
+	for i := range 9 {
+		if r := call("flood", "part"); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("part-used key, hit %d of 10: %v", i+1, r.OverallCode)
 		}
+	}
+	denied := func(when string) {
+		t.Helper()
+		r := call("victim", "alice")
+		if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%s, the exhausted key was answered %v", when, r.OverallCode)
+		}
+		if reset := r.Statuses[0].GetDurationUntilReset().AsDuration(); reset <= 0 {
+			t.Fatalf("%s: duration until reset %v, want the rest of the hour", when, reset)
+		}
+	}
+	// 2,000 keys that each run out: all of their evictions are kept.
+	if ok, want := flood(t, p, "spent", 0, 2*maxKeys, 16, 64), (2*maxKeys+63)/64; ok != want {
+		t.Fatalf("%d of %d flood requests (of 64 fresh keys of 1 per hour) answered OK", ok, want)
+	}
+	denied("after 2,000 exhausted keys")
+	if l, d := metricValue(t, p, "envoy_rls_memory_evictions_total", "kind=lost"), metricValue(t, p, "envoy_rls_memory_remembered_dropped_total", "kind=exhausted"); l != 0 || d != 0 {
+		t.Fatalf("after 2,000 exhausted keys: %v evictions lost, %v exhausted records dropped", l, d)
+	}
+
+	// Part-used keys in rounds of --max-keys until the exhausted key is
+	// evicted (and restored when asked): at least 5 x --max-keys, at most
+	// 100 x. Look seldom: each look makes the cache likelier to keep it.
+	flooded := 0
+	for {
 		flood(t, p, "flood", flooded, maxKeys, 16, 64)
 		flooded += maxKeys
+		if flooded < 5*maxKeys || flooded%(5*maxKeys) != 0 {
+			continue
+		}
+		denied(fmt.Sprintf("after %d part-used keys", flooded))
+		if metricValue(t, p, "envoy_rls_memory_remembered_restored_total") >= 1 {
+			break
+		}
+		if flooded >= 100*maxKeys {
+			t.Fatalf("%d part-used keys did not evict the exhausted key", flooded)
+		}
 	}
-	evicted := metricValue(t, p, "envoy_rls_memory_evictions_total")
-	r := call()
-	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("after %d fresh keys (%v evictions), the exhausted key was answered %v", flooded, evicted, r.OverallCode)
+	if r := call("flood", "part"); r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("part-used key's 10th hit of 10: %v", r.OverallCode)
 	}
-	reset := r.Statuses[0].GetDurationUntilReset().AsDuration()
-	// (At least once: the store, over its bound while its maintenance
-	// catches up with the flood, may evict the victim again.)
-	if restored := metricValue(t, p, "envoy_rls_memory_penalty_restored_total"); restored < 1 {
-		t.Errorf("penalty set restored %v keys, want the victim", restored)
+	if r := call("flood", "part"); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("part-used key's 11th hit of 10: %v", r.OverallCode)
 	}
-	t.Logf("%d fresh keys, %v evictions: still OVER_LIMIT, %v until the window ends", flooded, evicted, reset)
-	if reset <= 0 {
-		t.Errorf("duration until reset %v, want the rest of the hour", reset)
+	// Lost: only part-used records of the flood, each dropped for another.
+	m := testutil.Scrape(t, p.httpURL+"/metrics")
+	l, part := m.Value("envoy_rls_memory_evictions_total", "kind=lost"), m.Count("envoy_rls_memory_remembered_dropped_total", "kind=part_used")
+	if d := m.Count("envoy_rls_memory_remembered_dropped_total", "kind=exhausted"); l > part || d != 0 {
+		t.Fatalf("%v evictions lost, %v part-used and %v exhausted records dropped", l, part, d)
 	}
+	t.Logf("%d part-used keys; evictions %v; remembered %v, restored %v, part-used records dropped %v", flooded,
+		m.ByLabelValues("envoy_rls_memory_evictions_total"), m.Value("envoy_rls_memory_remembered_keys"),
+		m.Value("envoy_rls_memory_remembered_restored_total"), m.Value("envoy_rls_memory_remembered_dropped_total", "kind=part_used"))
 }
 
 // TestOversizedRequestIsRefused sends a request larger than

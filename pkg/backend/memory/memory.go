@@ -69,10 +69,11 @@ type bigScratch struct {
 // such entries every sweep interval. An entry evicted under size pressure
 // before it is fresh loses its state: the key starts again from a full limit,
 // so that key may allow more than its limit until the window it was in has
-// passed. Stats.EvictedLive counts these losses; size the store so that it
-// stays at zero. Keys that ran out are kept from that: their state moves to
-// the penalty set (WithPenaltyKeys; see penalties), so a flood of new keys
-// cannot buy back an exhausted key's quota.
+// passed. Keys are kept from that: the state of a live key evicted moves to
+// the remembered table (WithRememberedKeys; see remembered), or, when it
+// does not pack there, to the penalty set (WithPenaltyKeys; see penalties),
+// so a flood of new keys cannot buy back a key's quota. Stats.EvictedLost
+// counts the keys that lost their state all the same (the tables full).
 //
 // All or nothing: a request is either allowed, and then every item whose own
 // decision allows is charged, or denied, and then nothing at all is charged.
@@ -87,9 +88,10 @@ type bigScratch struct {
 //
 // A Store must be created with New and released with Close.
 type Store struct {
-	cache   *otter.Cache[string, *entry]
-	clock   backend.Clock
-	penalty *penalties // nil when disabled
+	cache    *otter.Cache[string, *entry]
+	clock    backend.Clock
+	remember *remembered // nil when disabled
+	penalty  *penalties  // nil when disabled
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -101,9 +103,10 @@ type Store struct {
 	horizon atomic.Int64
 	sweepMu sync.Mutex // serializes sweeps
 
-	evicted     atomic.Uint64
-	evictedLive atomic.Uint64
-	swept       atomic.Uint64
+	evicted                                        atomic.Uint64
+	evictedLive                                    atomic.Uint64
+	evictedRemembered, evictedPenalty, evictedLost atomic.Uint64
+	swept                                          atomic.Uint64
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -116,7 +119,12 @@ type entry struct {
 	mu sync.Mutex
 	// dead marks an entry that has left the cache (evicted or swept). A
 	// request that finds it dead looks the key up again.
-	dead  bool
+	dead bool
+	// kind is the algorithm of the key's limit, and cost the share of it
+	// the last request left used (see costOf), as of the last request:
+	// what the remembered table needs of an evicted entry.
+	kind  algorithms.Kind
+	cost  uint8
 	state algorithms.State
 	// exhausted reports that a decision on the key denied, or left it no
 	// room for one hit, since its state was last fresh: evicted before it
@@ -139,7 +147,7 @@ type entry struct {
 // New returns an empty memory store. Call Close to stop its
 // background goroutines.
 func New(opts ...Option) *Store {
-	cfg := config{maxKeys: DefaultMaxKeys, maxMemory: DefaultMaxMemory, penaltyKeys: DefaultPenaltyKeys, sweepInterval: DefaultSweepInterval}
+	cfg := config{maxKeys: DefaultMaxKeys, maxMemory: DefaultMaxMemory, rememberedKeys: DefaultRememberedKeys, penaltyKeys: DefaultPenaltyKeys, sweepInterval: DefaultSweepInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -147,6 +155,9 @@ func New(opts ...Option) *Store {
 		cfg.clock = backend.MonotonicClock()
 	}
 	m := &Store{clock: cfg.clock}
+	if cfg.rememberedKeys > 0 {
+		m.remember = newRemembered(cfg.rememberedKeys)
+	}
 	if cfg.penaltyKeys > 0 {
 		m.penalty = newPenalties(cfg.penaltyKeys)
 	}
@@ -268,6 +279,7 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 	for j, e := range ents {
 		now = max(now, e.floor)
 		stored[j] = &e.state
+		e.kind, e.cost = items[order[j]].Limit.Algorithm, 0
 	}
 	for _, e := range ents {
 		if e.freshAt.Load() <= now {
@@ -284,9 +296,11 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 		}
 	}
 	for i, d := range out[:n] {
+		e := ents[slot[i]]
 		if !d.Allowed || d.Remaining == 0 {
-			ents[slot[i]].exhausted = true
+			e.exhausted = true
 		}
+		e.cost = max(e.cost, costOf(d))
 	}
 	for _, e := range ents {
 		e.mu.Unlock()
@@ -362,20 +376,33 @@ func (m *Store) lookup(key string) *entry {
 	}
 	e, _ := m.cache.ComputeIfAbsent(key, func() (*entry, bool) {
 		// Under the key's bucket lock: one request creates the entry, so
-		// a penalty record is taken once.
+		// a remembered or penalty record is taken once.
 		return m.newEntry(key), false
 	})
 	return e
 }
 
-// newEntry returns a new entry for key: fresh, or, when the penalty set
-// holds the key, with the state it had when it was evicted.
+// newEntry returns a new entry for key: fresh, or, when the remembered table
+// or the penalty set holds the key, with the state it had when it was
+// evicted.
 func (m *Store) newEntry(key string) *entry {
 	e := &entry{floor: m.horizon.Load()}
+	if m.remember == nil && m.penalty == nil {
+		return e
+	}
+	h := hashKey(key)
+	if m.remember != nil && m.remember.len() > 0 {
+		if r, ok := m.remember.take(h, m.clock.Now().UnixMicro()); ok {
+			e.kind, e.cost = r.kind, r.cost
+			e.state, e.exhausted = r.state.Unpack(r.kind), r.cost >= costExhausted
+			e.freshAt.Store(r.until)
+			return e
+		}
+	}
 	if m.penalty == nil {
 		return e
 	}
-	if s, until, ok := m.penalty.take(hashKey(key)); ok {
+	if s, until, ok := m.penalty.take(h); ok {
 		e.state, e.exhausted = s, true
 		e.freshAt.Store(until)
 		e.heapBytes.Store(int64(s.HeapBytes()))
@@ -385,9 +412,10 @@ func (m *Store) newEntry(key string) *entry {
 
 // onDeletion runs under a lock of the cache whenever an entry leaves it. An
 // entry evicted for size is marked dead, so that a request holding it looks
-// the key up again, and counted; if it ran out and is not fresh yet, its
-// state goes to the penalty set, before the key's bucket lock is released,
-// so the key's next entry finds it.
+// the key up again, and counted; if it is not fresh yet, its state goes to
+// the remembered table (or, if its state does not pack, or if it ran out
+// and the table is disabled, to the penalty set), before the key's bucket
+// lock is released, so the key's next entry finds it.
 func (m *Store) onDeletion(ev otter.DeletionEvent[string, *entry]) {
 	if ev.Cause != otter.CauseOverflow {
 		return // the sweeper marked it dead itself
@@ -398,12 +426,46 @@ func (m *Store) onDeletion(ev otter.DeletionEvent[string, *entry]) {
 	e.dead = true
 	freshAt := e.freshAt.Load()
 	live := freshAt > now
-	if live && e.exhausted && m.penalty != nil {
-		m.penalty.put(hashKey(ev.Key), e.state, freshAt, now)
+	kept := &m.evictedLost
+	if live {
+		kept = m.keep(hashKey(ev.Key), e, freshAt, now)
 	}
 	e.mu.Unlock()
 	m.evicted.Add(1)
 	if live {
 		m.evictedLive.Add(1)
+		kept.Add(1)
 	}
+}
+
+// keep saves the state of the live entry e of key hash h, evicted at now
+// (under e's lock), and returns the counter of where it went.
+func (m *Store) keep(h uint64, e *entry, freshAt, now int64) *atomic.Uint64 {
+	if m.remember != nil {
+		if p, ok := e.state.Pack(e.kind); ok {
+			r := record{hash: h, until: freshAt, kind: e.kind, cost: e.cost, state: p}
+			if e.exhausted {
+				r.cost = costExhausted
+			}
+			dropped, full := m.remember.put(r, now)
+			if full && dropped.cost >= costExhausted && m.penalty != nil {
+				m.penalty.put(dropped.hash, dropped.state.Unpack(dropped.kind), dropped.until, now)
+				if dropped.hash == h {
+					return &m.evictedPenalty
+				}
+			}
+			if !full || dropped.hash != h {
+				return &m.evictedRemembered
+			}
+			return &m.evictedLost
+		}
+	}
+	// With the remembered table, the penalty set takes the live states that
+	// do not pack (a sliding_window_log's), part used or exhausted; without
+	// it, the exhausted ones.
+	if m.penalty != nil && (e.exhausted || m.remember != nil) {
+		m.penalty.put(h, e.state, freshAt, now)
+		return &m.evictedPenalty
+	}
+	return &m.evictedLost
 }

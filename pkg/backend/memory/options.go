@@ -10,11 +10,12 @@ import (
 type Option func(*config)
 
 type config struct {
-	maxKeys       int
-	maxMemory     uint64
-	penaltyKeys   int
-	clock         backend.Clock
-	sweepInterval time.Duration
+	maxKeys        int
+	maxMemory      uint64
+	penaltyKeys    int
+	rememberedKeys int
+	clock          backend.Clock
+	sweepInterval  time.Duration
 }
 
 // WithMaxKeys bounds the number of keys the store holds. Non-positive values
@@ -49,6 +50,18 @@ func WithPenaltyKeys(n int) Option {
 	}
 }
 
+// WithRememberedKeys sizes the remembered table: the most evicted live keys
+// whose state it keeps (see remembered), 32 bytes each. Zero disables it; a
+// negative value selects DefaultRememberedKeys.
+func WithRememberedKeys(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			n = DefaultRememberedKeys
+		}
+		c.rememberedKeys = n
+	}
+}
+
 // WithClock sets the clock that Apply reads once per request. The default is
 // backend.MonotonicClock(). A nil clock selects the default.
 func WithClock(clock backend.Clock) Option {
@@ -77,10 +90,23 @@ type Stats struct {
 	// Evicted counts entries evicted because the store was full.
 	Evicted uint64
 	// EvictedLive counts the entries among Evicted whose state was not yet
-	// fresh: their keys lost their state and start again from a full limit.
-	EvictedLive uint64
+	// fresh. Each went to the remembered table (EvictedRemembered), to the
+	// penalty set (EvictedPenalty), or was lost (EvictedLost: its key starts
+	// again from a full limit); Evicted - EvictedLive cost nothing.
+	EvictedLive                                    uint64
+	EvictedRemembered, EvictedPenalty, EvictedLost uint64
 	// Swept counts fresh entries dropped by the sweeper, which costs nothing.
 	Swept uint64
+	// RememberedKeys is the number of evicted live keys whose state the
+	// remembered table holds now, and RememberedCapacity the most it holds.
+	RememberedKeys, RememberedCapacity int
+	// RememberedSaved counts states moved to the remembered table,
+	// RememberedRestored the keys re-created from it; RememberedDroppedPart
+	// and RememberedDroppedExhausted count the records of part-used and of
+	// exhausted keys dropped because their buckets were full (an exhausted
+	// one moves to the penalty set when it is enabled).
+	RememberedSaved, RememberedRestored               uint64
+	RememberedDroppedPart, RememberedDroppedExhausted uint64
 	// PenaltyKeys is the number of evicted exhausted keys whose state the
 	// penalty set holds now.
 	PenaltyKeys int
@@ -98,6 +124,15 @@ func (m *Store) Stats() Stats {
 		Evicted:     m.evicted.Load(),
 		EvictedLive: m.evictedLive.Load(),
 		Swept:       m.swept.Load(),
+
+		EvictedRemembered: m.evictedRemembered.Load(),
+		EvictedPenalty:    m.evictedPenalty.Load(),
+		EvictedLost:       m.evictedLost.Load(),
+	}
+	if r := m.remember; r != nil {
+		st.RememberedKeys, st.RememberedCapacity = r.len(), r.capacity()
+		st.RememberedSaved, st.RememberedRestored = r.saved.Load(), r.restored.Load()
+		st.RememberedDroppedPart, st.RememberedDroppedExhausted = r.droppedPart.Load(), r.droppedSpent.Load()
 	}
 	if p := m.penalty; p != nil {
 		st.PenaltyKeys = p.len()

@@ -24,11 +24,13 @@ const DefaultPenaltyKeys = 100_000
 // PenaltyRecordBytes.
 const PenaltyRecordBytes = 130
 
-// The penalty set keeps exhausted keys denied whatever a flood does to the
-// cache. When the cache evicts for size an entry that ran out (a decision on
-// it denied, or left it no room for one hit, since its state was last fresh)
-// and whose state is not fresh yet, its state moves to the penalty set, keyed
-// by a 64-bit hash of its key. When the key is used again, its entry is
+// The penalty set keeps evicted keys' states that the remembered table does
+// not: the live states that do not pack in two words (a sliding_window_log's),
+// and the exhausted records the table drops when it is full; without the
+// table, the states of exhausted keys. When the cache evicts for size an
+// entry that ran out (a decision on it denied, or left it no room for one
+// hit, since its state was last fresh) and whose state is not fresh yet, its
+// state moves to the penalty set, keyed by a 64-bit hash of its key. When the key is used again, its entry is
 // created from that state (and the record dropped), so the key goes on
 // exactly where it stopped: a fixed window stays denied until the window
 // ends, a token bucket refills one hit at a time, usage accounted past the

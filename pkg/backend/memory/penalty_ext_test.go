@@ -39,57 +39,76 @@ func (f *flooder) floodUntil(t *testing.T, rounds int, done func(memory.Stats) b
 }
 
 // TestPenaltyKeepsExhaustedKeys runs one key through a timeline on two
-// stores: one that holds it all along, and one that evicts it whenever it is
-// exhausted. Every decision must be the same: the penalty set gives the
-// evicted key back its exact state (fixed windows stay denied until they
-// end, buckets refill one hit at a time, accounted debt is still owed).
+// stores: one that holds it all along, and one that evicts it. Every
+// decision must be the same: the remembered table gives the evicted key back
+// its exact state whenever it is evicted (part used or exhausted), and the
+// penalty set (alone, or for a sliding_window_log's states, which do not
+// pack) whenever it is evicted exhausted: fixed windows stay denied until
+// they end, buckets refill one hit at a time, accounted debt is still owed.
 func TestPenaltyKeepsExhaustedKeys(t *testing.T) {
 	const victim = "victim"
-	for _, k := range algorithms.Kinds() {
-		for _, account := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/account=%v", k, account), func(t *testing.T) {
-				l := limitOf(k, 5, time.Minute)
-				evicting, evictingClock := newTestMemory(t)
-				held, heldClock := newTestMemory(t)
-				evictions := 0
-				for step := range 120 { // every 2s for 4 windows
-					at := testutil.Base.Add(time.Duration(step) * 2 * time.Second)
-					evictingClock.Set(at)
-					heldClock.Set(at)
-					it := backend.Item{Key: victim, Limit: l, Hits: 1}
-					if account && step%7 == 3 {
-						it.Hits, it.Account = 3, true // usage that already happened
+	for _, tier := range []string{"remembered", "penalty"} {
+		for _, k := range algorithms.Kinds() {
+			for _, account := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/account=%v", tier, k, account), func(t *testing.T) {
+					var opts []memory.Option
+					if tier == "penalty" {
+						opts = append(opts, memory.WithRememberedKeys(0))
 					}
-					got, _ := apply(t, evicting, it)
-					want, _ := apply(t, held, it)
-					if got[0] != want[0] {
-						t.Fatalf("step %d: evicted key decided %+v, held key %+v (%+v)", step, got[0], want[0], evicting.Stats())
-					}
-					if !want[0].Allowed || want[0].Remaining == 0 { // exhausted
-						if !evicting.Evict(victim) {
-							t.Fatalf("step %d: victim not held", step)
+					remembered := tier == "remembered" && k != algorithms.SlidingWindowLog
+					l := limitOf(k, 5, time.Minute)
+					evicting, evictingClock := newTestMemory(t, opts...)
+					held, heldClock := newTestMemory(t)
+					evictions := 0
+					for step := range 120 { // every 2s for 4 windows
+						at := testutil.Base.Add(time.Duration(step) * 2 * time.Second)
+						evictingClock.Set(at)
+						heldClock.Set(at)
+						it := backend.Item{Key: victim, Limit: l, Hits: 1}
+						if account && step%7 == 3 {
+							it.Hits, it.Account = 3, true // usage that already happened
 						}
-						evictions++
+						got, _ := apply(t, evicting, it)
+						want, _ := apply(t, held, it)
+						if got[0] != want[0] {
+							t.Fatalf("step %d: evicted key decided %+v, held key %+v (%+v)", step, got[0], want[0], evicting.Stats())
+						}
+						// The remembered table keeps part-used keys too:
+						// evict at every step whose state is not fresh.
+						if !want[0].Allowed || want[0].Remaining == 0 || remembered && want[0].ResetAfter > 0 {
+							if !evicting.Evict(victim) {
+								t.Fatalf("step %d: victim not held", step)
+							}
+							evictions++
+						}
 					}
-				}
-				st := evicting.Stats()
-				if evictions < 10 || st.PenaltySaved != uint64(evictions) || st.PenaltyRestored+1 < uint64(evictions) {
-					t.Fatalf("%d evictions: %+v", evictions, st)
-				}
-			})
+					st := evicting.Stats()
+					saved, restored := st.PenaltySaved, st.PenaltyRestored
+					if remembered {
+						saved, restored = st.RememberedSaved, st.RememberedRestored
+					}
+					// Restored each time but the last, and those at which
+					// a window had passed (a fresh state: nothing to
+					// restore), up to one a window.
+					if evictions < 10 || saved != uint64(evictions) || restored+5 < uint64(evictions) || st.EvictedLost != 0 {
+						t.Fatalf("%d evictions: %+v", evictions, st)
+					}
+				})
+			}
 		}
 	}
 }
 
 // TestPenaltyFlood exhausts a key, then floods the store with fresh keys
-// until the cache evicts it: it stays denied until its window ends. Without
-// the penalty set, the flood buys its quota back.
+// until the cache evicts it: with the penalty set alone (no remembered
+// table), it stays denied until its window ends. With neither, the flood
+// buys its quota back.
 func TestPenaltyFlood(t *testing.T) {
 	const victim = "victim"
 	l := limitOf(algorithms.FixedWindow, 5, time.Hour)
 	for _, penalty := range []bool{true, false} {
 		t.Run(fmt.Sprintf("penalty=%v", penalty), func(t *testing.T) {
-			opts := []memory.Option{memory.WithMaxKeys(32)}
+			opts := []memory.Option{memory.WithMaxKeys(32), memory.WithRememberedKeys(0)}
 			if !penalty {
 				opts = append(opts, memory.WithPenaltyKeys(0))
 			}
@@ -132,7 +151,7 @@ func TestPenaltyFlood(t *testing.T) {
 // it holds: the ones whose buckets are full again soonest are dropped (and
 // counted), and the others stay denied.
 func TestPenaltySetFull(t *testing.T) {
-	m, clock := newTestMemory(t, memory.WithPenaltyKeys(4))
+	m, clock := newTestMemory(t, memory.WithPenaltyKeys(4), memory.WithRememberedKeys(0))
 	// Buckets of 1 per 1..8 hours, exhausted and evicted in turn.
 	for h := 1; h <= 8; h++ {
 		l := limitOf(algorithms.TokenBucket, 1, time.Duration(h)*time.Hour)

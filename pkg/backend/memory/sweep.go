@@ -22,8 +22,8 @@ func (m *Store) sweepLoop(every time.Duration) {
 }
 
 // Sweep drops every entry whose state is fresh at the clock's current
-// instant, and returns how many it dropped; it also drops the penalty
-// records whose state is fresh. The background sweeper calls it
+// instant, and returns how many it dropped; it also drops the remembered
+// and penalty records whose state is fresh. The background sweeper calls it
 // every sweep interval; with the sweeper disabled (WithSweepInterval(0)) a
 // program may call it on its own schedule. An entry that a request holds at
 // that moment is left for the next sweep.
@@ -62,6 +62,9 @@ func (m *Store) Sweep() int {
 		}
 	}
 	m.swept.Add(uint64(dropped))
+	if m.remember != nil {
+		m.remember.expire(now)
+	}
 	if m.penalty != nil {
 		m.penalty.expire(now)
 	}
