@@ -2,6 +2,7 @@ package memory
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -41,8 +42,9 @@ const costExhausted = 31
 // 32 bytes. Two choices keep the buckets even, and a record of a full bucket
 // may move to its other one (see relocateDepth): the table fills to about
 // 97 % before a new record finds no room. No pointer, so the collector does
-// not scan it. A shard's slots are allocated by its first record, so a store
-// that evicts no live key takes none of this memory.
+// not scan it, and it lives outside Go's heap (see allocBuckets). A shard's
+// slots are allocated by its first record, so a store that evicts no live key
+// takes none of this memory.
 //
 // When both buckets of a new record are full, the record that costs least
 // makes room: one whose state is fresh again (it costs nothing), else the
@@ -65,10 +67,10 @@ type remembered struct {
 }
 
 type rememberShard struct {
-	mu sync.Mutex
-	n  int                 // records held in the shard
-	b  [][bucketSlots]slot // allocated by the shard's first put
-	_  [24]byte
+	mu   sync.Mutex
+	n    int                 // records held in the shard
+	b    [][bucketSlots]slot // allocated by the shard's first put (allocBuckets)
+	free func()              // releases b
 }
 
 // slot is one record. meta is 0 for an empty slot, otherwise until (µs, 56
@@ -122,7 +124,17 @@ func newRemembered(capacity int) *remembered {
 	buckets := uint64(capacity+bucketSlots-1) / bucketSlots
 	shards := min(64, max(1, buckets/16))
 	nb := (buckets + shards - 1) / shards
-	return &remembered{shards: make([]rememberShard, shards), nb: nb}
+	t := &remembered{shards: make([]rememberShard, shards), nb: nb}
+	// The buckets live outside the heap: release them once the table is
+	// unreachable (no lookup can run then).
+	runtime.AddCleanup(t, func(shards []rememberShard) {
+		for i := range shards {
+			if f := shards[i].free; f != nil {
+				f()
+			}
+		}
+	}, t.shards)
+	return t
 }
 
 // capacity returns the number of records the table holds when full.
@@ -148,7 +160,7 @@ func (t *remembered) put(r record, now int64) (record, bool) {
 	defer sh.mu.Unlock()
 	t.saved.Add(1)
 	if sh.b == nil {
-		sh.b = make([][bucketSlots]slot, t.nb)
+		sh.b, sh.free = allocBuckets(t.nb)
 	}
 	buckets := [2]*[bucketSlots]slot{&sh.b[b1], &sh.b[b2]}
 	if b1 == b2 {
