@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	be "encoding/binary"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -415,4 +417,86 @@ func headerValue(f *http2.MetaHeadersFrame, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestIdleKeepAliveIsEvictedForANewHTTPClient: with --http-max-connections
+// 3 and no reserve, three keep-alive connections each make a request and
+// wait idle past the eviction minimum age; two of them make another. A
+// fourth client is served: the least recently active connection, the
+// first, is closed for it and counted; the other two stay open.
+func TestIdleKeepAliveIsEvictedForANewHTTPClient(t *testing.T) {
+	p := startServe(t, nil, "--config", boundsConfig(t), "--http-max-connections", "3", "--http-reserved-connections", "0")
+	httpClient.CloseIdleConnections()
+	addr := p.httpURL[len("http://"):]
+	once := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "the start's keep-alive connection to be gone", func() bool {
+		resp, err := once.Get(p.httpURL + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return regexp.MustCompile(`(?m)^envoy_rls_http_connections 1$`).Match(body) // this scrape's
+	})
+	get := func(c net.Conn) error {
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return err
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	var conns []net.Conn
+	closed := make([]chan struct{}, 3)
+	for i := range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := get(c); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(evictMinAge) // all three idle long enough to be evicted
+	for i, c := range conns[1:] { // now only the first is
+		if err := get(c); err != nil {
+			t.Fatalf("second request %d: %v", i+1, err)
+		}
+	}
+	for i, c := range conns {
+		closed[i] = make(chan struct{})
+		c.SetReadDeadline(time.Time{})
+		go func() { io.Copy(io.Discard, c); close(closed[i]) }()
+	}
+	resp, err := once.Get(p.httpURL + "/healthz")
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	resp.Body.Close()
+	select {
+	case <-closed[0]:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the least recently active keep-alive connection is still open (%v evicted, %v open)",
+			metricValue(t, p, "envoy_rls_http_connections_evicted_total"), metricValue(t, p, "envoy_rls_http_connections"))
+	}
+	for i := 1; i < 3; i++ {
+		select {
+		case <-closed[i]:
+			t.Errorf("keep-alive connection %d was closed too", i)
+		default:
+		}
+	}
+	if n := metricValue(t, p, "envoy_rls_http_connections_evicted_total"); n < 1 {
+		t.Errorf("%v HTTP evictions counted, want at least 1", n)
+	}
 }
