@@ -467,7 +467,7 @@ func TestIdleKeepAliveIsEvictedForANewHTTPClient(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	time.Sleep(evictMinAge) // all three idle long enough to be evicted
+	time.Sleep(evictMinAge)       // all three idle long enough to be evicted
 	for i, c := range conns[1:] { // now only the first is
 		if err := get(c); err != nil {
 			t.Fatalf("second request %d: %v", i+1, err)
