@@ -49,6 +49,8 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 		stat(rls.RedisScriptReloads, func(s redis.Stats) uint64 { return s.ScriptReloads }),
 		stat(rls.RedisNotSent, func(s redis.Stats) uint64 { return s.NotSent }),
 		stat(rls.RedisOOMErrors, func(s redis.Stats) uint64 { return s.OOM }),
+		stat(rls.RedisClusterRefunds.With("result", "done"), func(s redis.Stats) uint64 { return s.Refunds }),
+		stat(rls.RedisClusterRefunds.With("result", "failed"), func(s redis.Stats) uint64 { return s.RefundsFailed }),
 		stat(rls.RedisLateCharged, func(s redis.Stats) uint64 { return s.LateCharged }),
 		stat(rls.RedisLateUnsure, func(s redis.Stats) uint64 { return s.LateUnsure }),
 		stat(rls.RedisWriteBackHits, func(s redis.Stats) uint64 { return s.WriteBackHits }),

@@ -541,6 +541,10 @@ var (
 	RedisEvictingServers = StoreMetric{Name: "envoy_rls_redis_evicting_servers", Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.", Gauge: true}
 )
 
+// Refunds of denied requests split across Redis Cluster slots
+// (redis.Stats.Refunds, RefundsFailed), by result.
+var RedisClusterRefunds = StoreMetric{Name: "envoy_rls_redis_cluster_refunds_total", Help: "Denied requests split across Redis Cluster slots whose slots' admission charges were refunded (result done: one more round trip each), or could not be (result failed: the charges stay)."}
+
 // Consistency lease on the Redis store (redis.LeaseStats).
 var (
 	RedisLeaseChunks   = StoreMetric{Name: "envoy_rls_redis_lease_chunks_total", Help: "Lease chunks reserved in Redis (granted or refused); envoy_rls_redis_lease_granted_hits_total divided by it is the mean chunk size."}
