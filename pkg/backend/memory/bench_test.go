@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -81,4 +82,41 @@ func BenchmarkMemoryApplyThreeItems(b *testing.B) {
 		items[1] = backend.Item{Key: routes[i%len(routes)], Limit: benchLimit, Hits: 1}
 		items[2] = backend.Item{Key: "global", Limit: benchLimit, Hits: 1}
 	})
+}
+
+// BenchmarkMemoryApplyFlood sends every one-item request to a new key of a
+// full store of 10,000 keys, each left live (one hit of a limit of 10 per
+// hour), so that every request evicts a live key: with the remembered
+// table (the default) its state is kept, without it (remembered=false) it
+// is lost. Keys are built before the timer starts.
+func BenchmarkMemoryApplyFlood(b *testing.B) {
+	for _, remembered := range []bool{true, false} {
+		b.Run(fmt.Sprintf("remembered=%v", remembered), func(b *testing.B) {
+			opts := []memory.Option{memory.WithMaxKeys(10_000)}
+			if !remembered {
+				opts = append(opts, memory.WithRememberedKeys(0))
+			}
+			m := memory.New(opts...)
+			defer m.Close()
+			l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 10, Window: time.Hour}
+			keys := benchKeys("bench/flood/", 10_000+b.N)
+			items, out := make([]backend.Item, 1), make([]algorithms.Decision, 1)
+			for _, k := range keys[:10_000] {
+				items[0] = backend.Item{Key: k, Limit: l, Hits: 1}
+				m.Apply(context.Background(), items, out)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for _, k := range keys[10_000:] {
+				items[0] = backend.Item{Key: k, Limit: l, Hits: 1}
+				if _, err := m.Apply(context.Background(), items, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if st := m.Stats(); remembered && b.N > 100_000 && st.EvictedRemembered < uint64(b.N)/2 {
+				b.Fatalf("%d requests, %+v", b.N, st)
+			}
+		})
+	}
 }

@@ -37,7 +37,8 @@ func (m *Store) EvictDecided(key string, l algorithms.Limit, hits uint64) algori
 	if d.Allowed {
 		e.freshAt.Store(addMicros(now, d.ResetAfter))
 	}
-	e.kind, e.cost = l.Algorithm, costOf(d)
+	e.kind = l.Algorithm
+	e.limit, e.left = scaled(d.Limit, d.Remaining)
 	if !d.Allowed || d.Remaining == 0 {
 		e.exhausted = true
 	}

@@ -120,12 +120,13 @@ type entry struct {
 	// dead marks an entry that has left the cache (evicted or swept). A
 	// request that finds it dead looks the key up again.
 	dead bool
-	// kind is the algorithm of the key's limit, and cost the share of it
-	// the last request left used (see costOf), as of the last request:
-	// what the remembered table needs of an evicted entry.
-	kind  algorithms.Kind
-	cost  uint8
-	state algorithms.State
+	// kind is the algorithm of the key's limit, and limit and left its
+	// capacity and what the last decision left of it, scaled to 16 bits
+	// (see scaled): what the remembered table needs of an evicted entry
+	// (see costOf). In the padding after dead: the entry is no larger.
+	kind        algorithms.Kind
+	limit, left uint16
+	state       algorithms.State
 	// exhausted reports that a decision on the key denied, or left it no
 	// room for one hit, since its state was last fresh: evicted before it
 	// is fresh, its state goes to the penalty set.
@@ -279,7 +280,7 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 	for j, e := range ents {
 		now = max(now, e.floor)
 		stored[j] = &e.state
-		e.kind, e.cost = items[order[j]].Limit.Algorithm, 0
+		e.kind = items[order[j]].Limit.Algorithm
 	}
 	for _, e := range ents {
 		if e.freshAt.Load() <= now {
@@ -300,7 +301,7 @@ func (m *Store) Apply(_ context.Context, items []backend.Item, out []algorithms.
 		if !d.Allowed || d.Remaining == 0 {
 			e.exhausted = true
 		}
-		e.cost = max(e.cost, costOf(d))
+		e.limit, e.left = scaled(d.Limit, d.Remaining) // the last one of the key's items
 	}
 	for _, e := range ents {
 		e.mu.Unlock()
@@ -393,7 +394,7 @@ func (m *Store) newEntry(key string) *entry {
 	h := hashKey(key)
 	if m.remember != nil && m.remember.len() > 0 {
 		if r, ok := m.remember.take(h, m.clock.Now().UnixMicro()); ok {
-			e.kind, e.cost = r.kind, r.cost
+			e.kind, e.limit, e.left = r.kind, costExhausted-1, uint16(costExhausted-1-min(r.cost, costExhausted-1))
 			e.state, e.exhausted = r.state.Unpack(r.kind), r.cost >= costExhausted
 			e.freshAt.Store(r.until)
 			return e
@@ -443,7 +444,7 @@ func (m *Store) onDeletion(ev otter.DeletionEvent[string, *entry]) {
 func (m *Store) keep(h uint64, e *entry, freshAt, now int64) *atomic.Uint64 {
 	if m.remember != nil {
 		if p, ok := e.state.Pack(e.kind); ok {
-			r := record{hash: h, until: freshAt, kind: e.kind, cost: e.cost, state: p}
+			r := record{hash: h, until: freshAt, kind: e.kind, cost: costOf(e.limit, e.left), state: p}
 			if e.exhausted {
 				r.cost = costExhausted
 			}

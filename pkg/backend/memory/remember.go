@@ -2,6 +2,7 @@ package memory
 
 import (
 	"math"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -373,15 +374,21 @@ func (t *remembered) expire(now int64) int {
 
 func (t *remembered) len() int { return int(t.n.Load()) }
 
-// costOf is the cost of a key after decision d: the share of its limit used,
-// from 0 (nothing) to costExhausted-1 (all but a sliver).
-func costOf(d algorithms.Decision) uint8 {
-	if d.Limit == 0 || d.Remaining >= d.Limit {
+// scaled returns a decision's limit and remaining, shifted right together
+// until the limit fits in 16 bits: their ratio, for costOf, without a
+// division on the request path.
+func scaled(limit, remaining uint64) (uint16, uint16) {
+	sh := max(0, bits.Len64(limit)-16)
+	return uint16(limit >> sh), uint16(min(remaining, limit) >> sh)
+}
+
+// costOf is the cost of a key whose decision left left of limit (scaled):
+// the share of its limit used, from 0 (nothing) to costExhausted-1 (all but
+// a sliver).
+func costOf(limit, left uint16) uint8 {
+	if limit == 0 || left >= limit {
 		return 0
 	}
-	used, limit := d.Limit-d.Remaining, d.Limit
-	for used > math.MaxUint64/costExhausted {
-		used, limit = used>>1, limit>>1
-	}
-	return uint8(min(costExhausted-1, (used*(costExhausted-1)+limit-1)/limit))
+	used, l := uint32(limit-left), uint32(limit)
+	return uint8(min(costExhausted-1, (used*(costExhausted-1)+l-1)/l))
 }

@@ -112,3 +112,19 @@ func TestRememberedFillsEvenly(t *testing.T) {
 		t.Fatalf("first drop at %.4f of the capacity, want at least 0.96", load)
 	}
 }
+
+// TestCostOf checks the share of a limit used, as costOf ranks part-used
+// keys, for small and huge limits.
+func TestCostOf(t *testing.T) {
+	for _, c := range []struct {
+		limit, remaining uint64
+		want             uint8
+	}{
+		{10, 10, 0}, {10, 9, 3}, {10, 1, 27}, {10, 0, 30}, {10, 20, 0}, {0, 0, 0},
+		{1 << 40, 1 << 39, 15}, {1 << 40, 1<<40 - 1, 1}, {math.MaxUint64, 0, 30}, {1000, 999, 1},
+	} {
+		if got := costOf(scaled(c.limit, c.remaining)); got != c.want {
+			t.Errorf("limit %d, remaining %d: cost %d, want %d", c.limit, c.remaining, got, c.want)
+		}
+	}
+}
