@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	be "encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -24,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/internal/schedprobe"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 )
@@ -498,5 +503,51 @@ func TestIdleKeepAliveIsEvictedForANewHTTPClient(t *testing.T) {
 	}
 	if n := metricValue(t, p, "envoy_rls_http_connections_evicted_total"); n < 1 {
 		t.Errorf("%v HTTP evictions counted, want at least 1", n)
+	}
+}
+
+// TestSilentTLSConnectionGetsGoAway: over gRPC TLS, the listener follows
+// the frames inside TLS: a connection that completes its handshake, sends
+// the HTTP/2 preface and no call gets a GOAWAY (encrypted, through the
+// TLS connection) after --first-request-timeout and is closed, and is
+// counted.
+func TestSilentTLSConnectionGetsGoAway(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	p := startServe(t, nil, "--config", boundsConfig(t), "--first-request-timeout", "1s",
+		"--grpc-tls-cert", files.ServerCert, "--grpc-tls-key", files.ServerKey)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(readFile(t, files.CA))
+	conn, err := tls.Dial("tcp", p.grpcAddr, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(conn, http2.ClientPreface)
+	fr := http2.NewFramer(conn, conn)
+	fr.WriteSettings()
+	sawGoAway := false
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("silent TLS connection still open after 30 s")
+			}
+			break // closed
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			sawGoAway = true
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				fr.WritePing(true, f.Data)
+			}
+		}
+	}
+	if !sawGoAway {
+		t.Error("the silent TLS connection was closed without a GOAWAY")
+	}
+	if n := metricValue(t, p, "envoy_rls_grpc_first_request_timeouts_total"); n != 1 {
+		t.Errorf("%v first-request timeouts counted, want 1", n)
 	}
 }
