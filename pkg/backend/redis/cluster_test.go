@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/schedprobe"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
 	"github.com/envoyrls/envoy-rls/pkg/algorithms"
 	"github.com/envoyrls/envoy-rls/pkg/backend"
@@ -24,6 +25,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("Split", func(t *testing.T) { testClusterSplit(t, cl) })
 	t.Run("RefundSharedLimit", func(t *testing.T) { testClusterRefundSharedLimit(t, cl) })
 	t.Run("RefundConcurrent", func(t *testing.T) { testClusterRefundConcurrent(t, cl) })
+	t.Run("RefundOutlivesCaller", func(t *testing.T) { testClusterRefundOutlivesCaller(t, cl) })
 	t.Run("EveryKeyHasATTL", func(t *testing.T) { testClusterEveryKeyHasATTL(t, cl) })
 	t.Run("MatchesMemory", func(t *testing.T) { testClusterMatchesMemory(t, cl) })
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
@@ -417,5 +419,55 @@ func BenchmarkRedisClusterSplit(b *testing.B) {
 			b.ReportMetric(float64(st.RoundTrips-before.RoundTrips)/float64(b.N), "round-trips/op")
 			b.ReportMetric(float64(st.Refunds-before.Refunds)/float64(b.N), "refunds/op")
 		})
+	}
+}
+
+// testClusterRefundOutlivesCaller: a caller whose deadline comes after its
+// denied split request was answered but before the refund's round trip
+// does not wait for the refund past its deadline: it gets its denial, and
+// the refund lands after it left (counted then), leaving the shared limit
+// whole. A batch window of W holds every call W before it is sent, so the
+// answer comes at W and the refund at 2W, the deadline between them.
+func testClusterRefundOutlivesCaller(t *testing.T, cl *redistest.Cluster) {
+	const w = 300 * time.Millisecond
+	pa, ps := partitionsOnTwoNodes(t)
+	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), KeyPrefix: "refund-late:", BatchWindow: w})
+	for attempt := 0; ; attempt++ {
+		userA := backend.Item{Key: fmt.Sprintf("a%d", attempt), Limit: longLimit(algorithms.FixedWindow, 1), Hits: 1, Partition: pa}
+		sh := backend.Item{Key: fmt.Sprintf("shared%d", attempt), Limit: longLimit(algorithms.FixedWindow, 5), Hits: 1, Partition: ps}
+		redisApply(t, r, userA)
+		before := r.Stats()
+		out := make([]algorithms.Decision, 2)
+		const deadline = w * 3 / 2
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		probe := schedprobe.Start()
+		start := time.Now()
+		ok, err := r.Apply(ctx, []backend.Item{userA, sh}, out)
+		took, slack := time.Since(start), probe.Stop()
+		cancel()
+		if err != nil {
+			// The machine was too slow for the first round trip to be
+			// answered by the deadline: nothing this test is about.
+			if attempt == 5 {
+				t.Fatalf("5 attempts: no denied request answered within %v: %v", deadline, err)
+			}
+			continue
+		}
+		if ok || out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("A's split request: %v %+v, want denied by A's own limit", ok, out)
+		}
+		if took > deadline+slack {
+			t.Fatalf("a denied split request took %v, deadline %v (measured scheduling slack %v)", took, deadline, slack)
+		}
+		if st := r.Stats(); st.Refunds != before.Refunds {
+			t.Fatalf("the refund landed before its caller left, %v after the request: the test tests nothing", took)
+		}
+		testutil.WaitFor(t, 10*time.Second, "the refund lands after its caller left", func() bool {
+			return r.Stats().Refunds == before.Refunds+1
+		})
+		if ds, _ := redisApply(t, r, hit(sh, 0)); ds[0].Remaining != 5 || r.Stats().RefundsFailed != before.RefundsFailed {
+			t.Fatalf("the shared limit after the late refund: %+v, %d failed refunds; want 5 left", ds[0], r.Stats().RefundsFailed-before.RefundsFailed)
+		}
+		return
 	}
 }
