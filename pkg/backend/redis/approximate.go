@@ -110,6 +110,7 @@ type approxKey struct {
 	avail   uint64 // hits the share may still admit
 	left    uint64 // free beyond the shares at the last sync
 	margin  uint64 // active instances × the share asked, at the last sync
+	asked   uint64 // the share asked at the last sync
 	full    bool   // the last sync found nothing left (over the limit)
 	expires int64  // local µs until which the share serves
 	wend    int64  // local µs of its window's end
@@ -336,6 +337,28 @@ func (p *approxPath) syncer() {
 	}
 }
 
+// due reports whether e is synced now (e.mu held): it has batches to
+// send (a window ended, or a sync failed); it saw requests and has no
+// share, or its share runs low (half the share asked for) and its limit
+// is not used up (a fixed window over its limit stays denied until it
+// ends); or its share's hold is half gone while it saw requests or holds
+// hits not sent (its field in Redis must outlive them). A key far from
+// its limit thus sends its hits at least every hold / 2, a hot one every
+// interval or so.
+func (p *approxPath) due(e *approxKey, now int64) bool {
+	switch {
+	case len(e.unacked) > 0:
+		return true
+	case !e.valid:
+		return e.touched || e.cur.n > 0
+	case e.touched && !e.full && 2*e.avail < e.asked:
+		return true
+	case e.touched && e.full && e.limit.Algorithm != algorithms.FixedWindow:
+		return true
+	}
+	return (e.touched || e.cur.n > 0) && e.expires-now < p.hold/2
+}
+
 // syncKey is one key of a sync call.
 type syncKey struct {
 	e       *approxKey
@@ -362,10 +385,7 @@ func (p *approxPath) sync(ctx context.Context, bye bool) {
 		if now >= e.wend {
 			p.roll(e)
 		}
-		// A fixed window over its limit stays denied until it ends: no
-		// sync until then, unless it has hits to send.
-		full := e.valid && e.full && e.limit.Algorithm == algorithms.FixedWindow
-		if ((e.touched && !full) || e.cur.n > 0 || len(e.unacked) > 0) || (bye && e.valid) {
+		if p.due(e, now) || (bye && (e.valid || e.cur.n > 0)) {
 			if len(e.unacked) < approxBatches || bye {
 				p.roll(e)
 			}
@@ -525,6 +545,7 @@ func (p *approxPath) apply(c []syncKey, cmd *goredis.Cmd) {
 			e.avail += share
 			e.left = free
 			e.margin = uint64(max(n[4], 1)) * max(k.want, 1)
+			e.asked = k.want
 			e.full = left <= 0
 			e.wend = k.sent + tte
 			e.expires = min(e.wend, k.sent+p.hold)

@@ -85,10 +85,38 @@ for k = 1, nk do
 		pv = 0
 	end
 
-	local seq = 0
-	local f = redis.call("HGET", hkey, id)
-	if f then
-		seq = tonumber(string.match(f, "^([^,]+),"))
+	-- The instances' fields: this one's last batch counted; the live
+	-- others weigh, long-gone ones go.
+	local keep = 2 * w
+	if keep < 60000000 then
+		keep = 60000000
+	end
+	local seq, reported = 0, 0
+	local others, otherPrev, active = 0, 0, 1
+	local parts = redis.call("HGETALL", hkey)
+	for j = 1, #parts, 2 do
+		local f = parts[j]
+		if f == id then
+			seq = tonumber(string.match(parts[j + 1], "^([^,]+),"))
+		elseif f == "over" then
+			local ow, ov = string.match(parts[j + 1], "^([^,]+),(.+)$")
+			if tonumber(ow) == start then
+				reported = tonumber(ov)
+			end
+		else
+			local _, fw, fv, seen = string.match(parts[j + 1], "^([^,]+),([^,]+),([^,]+),(.+)$")
+			fw, fv, seen = tonumber(fw), tonumber(fv), tonumber(seen)
+			if seen + hold > now then
+				active = active + 1
+				if fw == start then
+					others = others + fv
+				elseif alg == COUNTER and fw == start - w then
+					otherPrev = otherPrev + fv
+				end
+			elseif seen + keep < now then
+				redis.call("HDEL", hkey, f)
+			end
+		end
 	end
 	local top, added = seq, 0
 	for _ = 1, nb do
@@ -102,30 +130,6 @@ for k = 1, nk do
 				cur, added = cur + bn, added + bn
 			elseif alg == COUNTER and bw == start - w then
 				pv, added = pv + bn, added + bn
-			end
-		end
-	end
-
-	-- The other instances: live fields weigh, long-gone ones go.
-	local keep = 2 * w
-	if keep < 60000000 then
-		keep = 60000000
-	end
-	local others, otherPrev, active = 0, 0, 1
-	local parts = redis.call("HGETALL", hkey)
-	for j = 1, #parts, 2 do
-		if parts[j] ~= id and parts[j] ~= "over" then
-			local _, fw, fv, seen = string.match(parts[j + 1], "^([^,]+),([^,]+),([^,]+),(.+)$")
-			fw, fv, seen = tonumber(fw), tonumber(fv), tonumber(seen)
-			if seen + hold > now then
-				active = active + 1
-				if fw == start then
-					others = others + fv
-				elseif alg == COUNTER and fw == start - w then
-					otherPrev = otherPrev + fv
-				end
-			elseif seen + keep < now then
-				redis.call("HDEL", hkey, parts[j])
 			end
 		end
 	end
@@ -148,14 +152,6 @@ for k = 1, nk do
 	end
 	-- Hits over the limit are reported once, by the first sync that sees
 	-- them (the field "over" keeps the most reported in this window).
-	local reported = 0
-	local o = redis.call("HGET", hkey, "over")
-	if o then
-		local ow, ov = string.match(o, "^([^,]+),(.+)$")
-		if tonumber(ow) == start then
-			reported = tonumber(ov)
-		end
-	end
 	if over > reported then
 		redis.call("HSET", hkey, "over", string.format("%.17g,%.17g", start, over))
 		over = over - reported
