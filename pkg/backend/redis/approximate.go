@@ -27,7 +27,9 @@ import (
 // remains:
 //
 //   - a key's first decision on an instance is strict, and so is every
-//     decision until the key's first sync (asked at once) comes back: the
+//     decision until the key's first sync comes back (asked at once once
+//     its demand would use a share: warmHits requests within a hold; a
+//     colder key stays strict, without syncs): the
 //     sync tells the shared count and how many instances are active on the
 //     key (those that synced it within hold);
 //   - the share is what remained at the sync, less the live shares of the
@@ -100,6 +102,7 @@ type batch struct {
 // approxKey is one key's local state.
 type approxKey struct {
 	mu    sync.Mutex
+	id    string // Item.Key
 	key   string // in Redis; hkey the hash of the instances' fields
 	hkey  string
 	slot  int
@@ -185,7 +188,7 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 				return hold{}, false
 			}
 			k := redisKey(p.r.prefix, it)
-			e = &approxKey{key: k, hkey: k + ":approx", slot: slot(k), limit: it.Limit, lastUse: now, since: now}
+			e = &approxKey{id: it.Key, key: k, hkey: k + ":approx", slot: slot(k), limit: it.Limit, lastUse: now, since: now}
 			p.m[it.Key] = e
 		}
 		p.mu.Unlock()
@@ -208,7 +211,9 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 		p.void(e, now)
 	}
 	if !e.valid {
-		p.kickSync()
+		if p.warm(e, now) {
+			p.kickSync()
+		}
 		p.strict.Add(1)
 		return hold{}, false
 	}
@@ -226,7 +231,7 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 		}
 		return hold{ref: e, n: hits, gen: e.rollGen}, true
 	}
-	if !e.full && !it.Account && e.left >= hits+e.margin {
+	if !e.full && e.left >= hits+e.margin {
 		// The share is spent but plenty was free beyond the shares at
 		// the last sync (a share more for every active instance): Redis
 		// decides until the next one (asked now), exact against the hits
@@ -350,7 +355,7 @@ func (p *approxPath) due(e *approxKey, now int64) bool {
 	case len(e.unacked) > 0:
 		return true
 	case !e.valid:
-		return e.touched || e.cur.n > 0
+		return (e.touched && p.warm(e, now)) || e.cur.n > 0
 	case e.touched && !e.full && 2*e.avail < e.asked:
 		return true
 	case e.touched && e.full && e.limit.Algorithm != algorithms.FixedWindow:
@@ -468,6 +473,17 @@ func (p *approxPath) want(e *approxKey, now int64) uint64 {
 	return max(uint64(math.Ceil(2*e.rate*iv)), minShare)
 }
 
+// warm reports whether e's demand would use a share (e.mu held): at least
+// warmHits requests expected within a hold. A colder key stays strict,
+// without syncs: a sync costs Redis more than the strict decision it
+// would spare.
+func (p *approxPath) warm(e *approxKey, now int64) bool {
+	iv := float64(p.interval.Microseconds())
+	return float64(e.demand)/max(float64(now-e.since), iv)*float64(p.hold) >= warmHits
+}
+
+const warmHits = 4
+
 // minShare is the least share a key's demand asks for.
 const minShare = 4
 
@@ -565,12 +581,7 @@ func (p *approxPath) forget(idle []*approxKey, now int64) {
 		e.mu.Lock()
 		if !e.valid && e.cur.n == 0 && len(e.unacked) == 0 && now-e.lastUse >= 2*p.hold {
 			e.gone = true
-			for k, v := range p.m {
-				if v == e {
-					delete(p.m, k)
-					break
-				}
-			}
+			delete(p.m, e.id)
 		}
 		e.mu.Unlock()
 	}

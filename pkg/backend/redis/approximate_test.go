@@ -160,3 +160,75 @@ func BenchmarkRedisApproximate(b *testing.B) {
 		})
 	}
 }
+
+// TestApproximateSyncsCountOnce: hits admitted on local counters, and usage
+// accounting charged there, are counted in Redis exactly once, through a
+// Redis frozen long enough for syncs to time out (they run when it
+// resumes, and are sent again: the batch numbers make the second a no-op).
+func TestApproximateSyncsCountOnce(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	prefix := fmt.Sprintf("once-%d:", time.Now().UnixNano())
+	r, err := redis.New(redis.Options{URL: srv.URL(), KeyPrefix: prefix, ApproximateSyncInterval: 20 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1_000_000, Window: time.Hour}
+	req := []backend.Item{
+		{Key: "hits", Limit: l, Hits: 1, Partition: 3, Consistency: backend.Approximate},
+		{Key: "usage", Limit: l, Hits: 3, Partition: 3, Account: true, Consistency: backend.Approximate},
+	}
+	out := make([]algorithms.Decision, 2)
+	var allowed, requests, unsure uint64
+	apply := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		ok, err := r.Apply(ctx, req, out)
+		switch {
+		case err != nil:
+			unsure++ // may run once Redis resumes
+		case ok:
+			allowed++
+		}
+		requests++
+	}
+	testutil.WaitFor(t, 10*time.Second, "local decisions", func() bool {
+		apply()
+		return r.Stats().ApproximateDecided > 50
+	})
+	srv.Pause()
+	frozen := r.Stats().Approximate.SyncErrors
+	testutil.WaitFor(t, 10*time.Second, "a sync timed out", func() bool {
+		apply()
+		return r.Stats().Approximate.SyncErrors > frozen
+	})
+	srv.Resume()
+	for range 20 {
+		apply()
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	count := func(it backend.Item) float64 {
+		f := leaseState(t, srv, prefix, it)
+		if len(f) < 2 {
+			return 0
+		}
+		return f[1]
+	}
+	hits, usage := count(req[0]), count(req[1])
+	if hits < float64(allowed) || hits > float64(allowed+unsure) {
+		t.Errorf("Redis counts %v hits, want the %d allowed (and up to %d calls that failed)", hits, allowed, unsure)
+	}
+	if usage < float64(3*(requests-unsure)) || usage > float64(3*requests) {
+		t.Errorf("Redis counts %v hits of usage accounting, want 3 for each of the %d requests answered (and up to %d that failed)", usage, requests-unsure, unsure)
+	}
+	if allowed+unsure != requests {
+		t.Errorf("%d of %d requests denied, with a limit far away", requests-allowed-unsure, requests)
+	}
+	st := r.Stats().Approximate
+	if st.SyncErrors == 0 || st.LostHits != 0 {
+		t.Errorf("stats %+v: want failed syncs and no hit lost", st)
+	}
+	t.Logf("%d requests, %d allowed, %d failed; Redis counts %v hits and %v of usage; %+v", requests, allowed, unsure, hits, usage, st)
+}
