@@ -462,27 +462,32 @@ func (p *approxPath) sync(ctx context.Context, bye bool) {
 }
 
 // want returns the share e's demand asks for (e.mu held): two intervals of
-// it, at least minShare, so that a key seen a moment ago on one instance
-// does not take what others are about to ask for.
+// it, or half a hold's for a key that sees few requests per interval (each
+// sync then carries several hits), at least minShare; never much more, so
+// that a key seen a moment ago on one instance does not take what others
+// are about to ask for.
 func (p *approxPath) want(e *approxKey, now int64) uint64 {
 	iv := float64(p.interval.Microseconds())
 	if el := now - e.since; float64(el) >= iv/4 {
 		e.rate = float64(e.demand) / max(float64(el), iv)
 		e.demand, e.since = 0, now
 	}
-	return max(uint64(math.Ceil(2*e.rate*iv)), minShare)
+	return max(uint64(math.Ceil(2*e.rate*max(iv, float64(p.hold)/4))), minShare)
 }
 
-// warm reports whether e's demand would use a share (e.mu held): at least
-// warmHits requests expected within a hold. A colder key stays strict,
-// without syncs: a sync costs Redis more than the strict decision it
-// would spare.
+// warm reports whether e's demand would use a share (e.mu held): a second
+// request, and at least warmHits requests expected within a hold. A colder
+// key stays strict, without syncs: a sync costs Redis more than the strict
+// decision it would spare.
 func (p *approxPath) warm(e *approxKey, now int64) bool {
+	if e.rate > 0 {
+		return e.rate*float64(p.hold) >= warmHits || float64(e.demand)/max(float64(now-e.since), 1)*float64(p.hold) >= warmHits
+	}
 	iv := float64(p.interval.Microseconds())
-	return float64(e.demand)/max(float64(now-e.since), iv)*float64(p.hold) >= warmHits
+	return e.demand >= 2 && float64(e.demand)/max(float64(now-e.since), iv)*float64(p.hold) >= warmHits
 }
 
-const warmHits = 4
+const warmHits = 16
 
 // minShare is the least share a key's demand asks for.
 const minShare = 4
