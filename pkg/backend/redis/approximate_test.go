@@ -232,3 +232,51 @@ func TestApproximateSyncsCountOnce(t *testing.T) {
 	}
 	t.Logf("%d requests, %d allowed, %d failed; Redis counts %v hits and %v of usage; %+v", requests, allowed, unsure, hits, usage, st)
 }
+
+// TestApproximateOverLimitStaysLocal: a fixed window that a sync found used
+// up is denied locally until it ends, without Redis (no sync, no strict
+// call), with a retry after that ends with the window; its end brings
+// admissions back.
+func TestApproximateOverLimitStaysLocal(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC))
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("full-%d:", time.Now().UnixNano()), ApproximateSyncInterval: 5 * time.Millisecond})
+	it := backend.Item{Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 20, Window: time.Minute}, Hits: 1, Partition: 5, Consistency: backend.Approximate}
+	var allowed int
+	var d []algorithms.Decision
+	// Denied locally first as the share is spent (retry after a sync
+	// interval), then, once a sync found the window used up, until it ends.
+	testutil.WaitFor(t, 10*time.Second, "a local denial until the window ends", func() bool {
+		before := r.Stats()
+		var ok bool
+		d, ok = redisApply(t, r, it)
+		if ok {
+			allowed++
+			return false
+		}
+		after := r.Stats()
+		return after.ApproximateDecided > before.ApproximateDecided && after.Decided == before.Decided && d[0].RetryAfter > time.Second
+	})
+	if allowed != 20 {
+		t.Fatalf("%d allowed on one instance, want the limit, 20 (no other instance holds a share)", allowed)
+	}
+	if d[0].RetryAfter != 30*time.Second {
+		t.Fatalf("a local denial says retry after %v, want the 30 s left in the window", d[0].RetryAfter)
+	}
+	before := r.Stats()
+	for range 100 {
+		if _, ok := redisApply(t, r, it); ok {
+			t.Fatal("allowed over the limit")
+		}
+	}
+	after := r.Stats()
+	if after.ApproximateDecided-before.ApproximateDecided != 100 || after.Decided != before.Decided || after.Approximate.Syncs != before.Approximate.Syncs {
+		t.Fatalf("100 requests over the limit: %d decided locally, %d by Redis, %d syncs; want 100, 0, 0",
+			after.ApproximateDecided-before.ApproximateDecided, after.Decided-before.Decided, after.Approximate.Syncs-before.Approximate.Syncs)
+	}
+	clock.Advance(30 * time.Second)
+	testutil.WaitFor(t, 10*time.Second, "an admission in the next window", func() bool {
+		_, ok := redisApply(t, r, it)
+		return ok
+	})
+}
