@@ -42,7 +42,7 @@ const costExhausted = 31
 // their own lock; a key's record lies in one of two buckets of 8 slots of
 // 32 bytes. Two choices keep the buckets even, and a record of a full bucket
 // may move to its other one (see relocateDepth): the table fills to about
-// 97 % before a new record finds no room. No pointer, so the collector does
+// 96 % before a new record finds no room, whatever its size. No pointer, so the collector does
 // not scan it, and it lives outside Go's heap (see allocBuckets). A shard's
 // slots are allocated by its first record, so a store that evicts no live key
 // takes none of this memory.
@@ -123,7 +123,10 @@ func (r record) cheaper(o record) bool {
 
 func newRemembered(capacity int) *remembered {
 	buckets := uint64(capacity+bucketSlots-1) / bucketSlots
-	shards := min(64, max(1, buckets/16))
+	// Shards of at least 2,048 buckets (16,384 records): the records of
+	// smaller ones would spread too unevenly over them (the first drop
+	// would come at a lower fill).
+	shards := min(64, max(1, buckets/2048))
 	nb := (buckets + shards - 1) / shards
 	t := &remembered{shards: make([]rememberShard, shards), nb: nb}
 	// The buckets live outside the heap: release them once the table is
@@ -250,7 +253,7 @@ func (t *remembered) put(r record, now int64) (record, bool) {
 // relocateDepth is how far relocate looks for room: a record of a full
 // bucket moves to its other bucket, or one of that bucket's records first
 // moves to its own other bucket (two steps of cuckoo hashing). With it the
-// table fills to about 97 % before a record finds no room; a put into a
+// table fills to about 96 % before a record finds no room; a put into a
 // full neighbourhood reads at most 2 x 8 x (1 + 8) buckets.
 const relocateDepth = 2
 
