@@ -597,12 +597,21 @@ func (p *approxPath) forget(idle []*approxKey, now int64) {
 func (p *approxPath) close(ctx context.Context) error {
 	close(p.stop)
 	p.wg.Wait()
+	// No more local decisions (a request still on its way goes strict),
+	// so the last sync sends every hit.
+	p.mu.RLock()
+	for _, e := range p.m {
+		e.mu.Lock()
+		e.gone = true
+		e.mu.Unlock()
+	}
+	p.mu.RUnlock()
 	p.sync(ctx, true)
 	var lost uint64
 	p.mu.Lock()
 	for _, e := range p.m {
 		e.mu.Lock()
-		e.gone, e.valid = true, false
+		e.valid = false
 		for _, b := range e.unacked {
 			lost += b.n
 		}
