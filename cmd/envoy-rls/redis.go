@@ -51,6 +51,23 @@ func newOneRedisStore(o redisBackend, c redisConn, reg prometheus.Registerer, lo
 
 		ApproximateSyncInterval: o.Redis.ApproximateSyncInterval,
 		TLS:                     tlsConf,
+		StallTimeout:            c.RedisStallTimeout,
+	}
+	if ro.StallTimeout == 0 {
+		ro.StallTimeout = -1 // --redis-stall-timeout 0: off
+	}
+	// A node found down, or answering again: once each, not per call.
+	ro.OnNodeHealth = func(h redis.NodeHealth) {
+		addr := h.Addr
+		if addr == "" {
+			addr = c.mode()
+		}
+		if h.Down {
+			log.Warn("redis not answering: calls for its keys answer by the failure mode at once, until it answers a PING again",
+				"addr", addr, "stall_timeout", c.RedisStallTimeout, "failure_mode", o.Failure.Mode.String(), "error", h.Err)
+			return
+		}
+		log.Info("redis answers again", "addr", addr, "down_for", h.For.Round(time.Millisecond))
 	}
 	// At shutdown, the hits allowed while Redis was away are written back
 	// for up to --shutdown-grace (a second period, after the calls in

@@ -228,6 +228,7 @@ type redisConn struct {
 	RedisWriteTimeout     time.Duration
 	RedisBatchWindow      time.Duration
 	RedisBatchSize        int
+	RedisStallTimeout     time.Duration
 
 	RedisTLSCAFile             string
 	RedisTLSCertFile           string
@@ -309,6 +310,9 @@ func (c *redisConn) addFlags(pick func(name string) *flagSet, doc func(name, usa
 	if fs, n, u := def("batch-size", "most requests in one pipeline"); fs != nil {
 		fs.IntVar(&c.RedisBatchSize, n, redis.DefaultBatchSize, u)
 	}
+	if fs, n, u := def("stall-timeout", "a Redis server (a Cluster master) that sends no reply byte for this long while calls wait for it, and then fails a PING on a connection of its own within as long, is down: calls for its keys answer by --failure-mode at once, until a PING every as long answers again (a refused connection is checked at once; 0: off)"); fs != nil {
+		fs.DurationVar(&c.RedisStallTimeout, n, redis.DefaultStallTimeout, u)
+	}
 	if fs, n, u := def("tls-ca-file", "PEM CA bundle that verifies the Redis servers' certificates instead of the system roots; turns TLS on"); fs != nil {
 		fs.StringVar(&c.RedisTLSCAFile, n, "", u)
 	}
@@ -345,6 +349,9 @@ func (c redisConn) validate() []error {
 	}
 	if c.RedisPipelines < 1 {
 		errs = append(errs, fmt.Errorf("%s must be at least 1", c.flag("pipelines")))
+	}
+	if c.RedisStallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%s must not be negative", c.flag("stall-timeout")))
 	}
 	if c.RedisBatchWindow < 0 {
 		errs = append(errs, fmt.Errorf("%s must not be negative", c.flag("batch-window")))

@@ -87,6 +87,11 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 		stat(rls.RedisApproximateStrict, func(s redis.Stats) uint64 { return s.Approximate.Strict }),
 		stat(rls.RedisDecisions.With("path", "local_fallback"), func(s redis.Stats) uint64 { return s.LocalFallbacks }),
 		stat(rls.RedisDecisions.With("path", "failed"), func(s redis.Stats) uint64 { return s.Errors }),
+		stat(rls.RedisNodeTrips, func(s redis.Stats) uint64 { return s.NodeTrips }),
+		stat(rls.RedisNodeReturns, func(s redis.Stats) uint64 { return s.NodeReturns }),
+		stat(rls.RedisStallProbes, func(s redis.Stats) uint64 { return s.StallProbes }),
+		stat(rls.RedisNodeDownCalls, func(s redis.Stats) uint64 { return s.NodeDownCalls }),
+		rls.RedisNodesDown.Collector(func() float64 { return float64(r.Stats().NodesDown) }),
 	)
 }
 

@@ -538,6 +538,11 @@ var (
 	// RedisDecisions has a path label: redis, chunk, approximate,
 	// deny_cache, local_fallback or failed.
 	RedisDecisions       = StoreMetric{Name: "envoy_rls_redis_decisions_total", Help: "Requests by who decided them: redis, chunk (lease chunks held in memory alone), approximate (local counters of consistency approximate), deny_cache (the local deny cache), local_fallback (the embedded store, failure mode local), failed (Redis failed and no store decided: answered by failure mode allow or deny, or UNAVAILABLE when the local fallback could not decide; see envoy_rls_requests_total's failed_open and unavailable)."}
+	RedisNodeTrips       = StoreMetric{Name: "envoy_rls_redis_node_down_total", Help: "Times a Redis server (a Cluster master) was found not answering: no reply byte for --redis-stall-timeout while calls waited, or a failed connection, and then a failed PING. Its calls then answer by the failure mode at once (path=failed or local_fallback)."}
+	RedisNodeReturns     = StoreMetric{Name: "envoy_rls_redis_node_up_total", Help: "Times a Redis server found not answering answered a PING again: its calls go to Redis again."}
+	RedisNodesDown       = StoreMetric{Name: "envoy_rls_redis_nodes_down", Help: "Redis servers (Cluster masters) found not answering now: calls for their keys answer by the failure mode without being sent.", Gauge: true}
+	RedisStallProbes     = StoreMetric{Name: "envoy_rls_redis_stall_probes_total", Help: "PINGs that checked a Redis server that sent no reply for --redis-stall-timeout, failed a connection, or was down."}
+	RedisNodeDownCalls   = StoreMetric{Name: "envoy_rls_redis_node_down_calls_total", Help: "Calls answered by the failure mode without being sent because the Redis server of one of their keys was down."}
 	RedisEvictingServers = StoreMetric{Name: "envoy_rls_redis_evicting_servers", Help: "Redis servers whose maxmemory-policy can evict live counters (maxmemory set, policy not noeviction), as they said on the last connection.", Gauge: true}
 )
 

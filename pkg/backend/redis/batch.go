@@ -286,6 +286,13 @@ func (r *Store) run(batch []*call, sc *scriptCall) {
 			c.finish(notCharged)
 			continue
 		}
+		if n := r.nodeDown(c); n != nil {
+			// Its node went down while it waited.
+			r.health.downCalls.Add(1)
+			c.err = n.downErr()
+			c.finish(notCharged)
+			continue
+		}
 		live = append(live, c)
 	}
 	if len(live) == 0 {
@@ -296,6 +303,9 @@ func (r *Store) run(batch []*call, sc *scriptCall) {
 		// A moving average of the round trips that worked: failed ones
 		// (a frozen or dead server) say nothing about the next one.
 		d := int64(time.Since(start))
+		if r.health != nil {
+			r.health.noteRoundTrip(time.Duration(d))
+		}
 		for {
 			old := r.rtt.Load()
 			if r.rtt.CompareAndSwap(old, old+(d-old)/8) {
@@ -357,6 +367,24 @@ func (r *Store) send(ctx context.Context, live []*call, buf *scriptCall) (failed
 	for _, sc := range calls {
 		sc.cmd = sc.command(ctx, evalsha, false)
 	}
+	if h := r.health; h != nil && !r.cluster {
+		h.one.begin()
+		defer func() { h.one.end(firstErr(calls)) }()
+	} else if h != nil {
+		nodes := r.clusterNodes(calls)
+		for _, n := range nodes {
+			if n != nil {
+				n.begin()
+			}
+		}
+		defer func() {
+			for i, n := range nodes {
+				if n != nil {
+					n.end(calls[i].cmd.Err())
+				}
+			}
+		}()
+	}
 	r.exec(ctx, calls)
 	r.roundTrips.Add(1)
 	r.scriptCalls.Add(uint64(len(calls)))
@@ -399,6 +427,29 @@ func (r *Store) send(ctx context.Context, live []*call, buf *scriptCall) (failed
 		}
 	}
 	return failed
+}
+
+// firstErr returns the first error of the script calls.
+func firstErr(calls []*scriptCall) error {
+	for _, sc := range calls {
+		if err := sc.cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clusterNodes returns the node of each script call of a Cluster (nil:
+// not known), for the stall check (see health).
+func (r *Store) clusterNodes(calls []*scriptCall) []*nodeHealth {
+	h := r.health
+	nodes := make([]*nodeHealth, len(calls))
+	for i, sc := range calls {
+		if len(sc.keys) > 0 {
+			nodes[i] = h.slotNode(sc.keys[0])
+		}
+	}
+	return nodes
 }
 
 // exec sends the script calls in one round trip; their errors are in

@@ -142,6 +142,21 @@ type Options struct {
 	// named in Close's error.
 	CloseWriteBack time.Duration
 
+	// StallTimeout is how long a server (a Cluster: a master) may send no
+	// reply byte while pipelines wait for it before a PING on a connection
+	// of its own, with the same timeout, checks it; when that fails too,
+	// the server is down: calls for its keys answer by the failure mode at
+	// once (their error wraps ErrNodeDown), without waiting out their
+	// deadlines, and a PING every StallTimeout brings it back as soon as it
+	// answers. A failed connection (refused, reset) is checked at once. A
+	// busy server is not down: its replies keep coming, or it answers the
+	// PING. Zero selects DefaultStallTimeout; a negative value turns the
+	// check off (every call then waits for Redis until its deadline).
+	StallTimeout time.Duration
+	// OnNodeHealth, when set, is called when a node is found down and when
+	// it answers again (for a log line).
+	OnNodeHealth func(NodeHealth)
+
 	// OnServerLimits, when set, is called with a server's maxmemory and
 	// maxmemory-policy when a connection to it is made and they differ from
 	// what it said before (so at start-up, and on a reconnect after they
@@ -151,7 +166,10 @@ type Options struct {
 
 // newClient builds the go-redis client of opts. It returns whether it
 // is a Cluster client and the pool size asked for (0: go-redis's default).
-func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) error) (goredis.UniversalClient, bool, int, error) {
+//
+// With h (stall detection on), the client's connections report to h their
+// reads, and h gets its probes' clients (see health).
+func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) error, h *health) (goredis.UniversalClient, bool, int, error) {
 	modes := 0
 	if len(opts.SentinelAddrs) > 0 {
 		modes++
@@ -200,6 +218,15 @@ func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) erro
 	// the store bounds its pipelines in flight by the pool size, so the
 	// connections stay within it.
 	base.PipelinePoolSize = -1
+	// One dial per connection: go-redis's default, five with 100 ms
+	// between, held every pipeline to a dead server for half a second,
+	// each of its callers until its deadline.
+	base.DialerRetries = 1
+	if h != nil {
+		base.Dialer = h.dialer(base.DialTimeout, base.TLSConfig)
+		h.newProbe = probeClient(opts, base)
+		h.downProbe = base.ReadTimeout
+	}
 
 	switch {
 	case len(opts.ClusterAddrs) > 0:
@@ -213,6 +240,8 @@ func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) erro
 			ReadTimeout:           base.ReadTimeout,
 			WriteTimeout:          base.WriteTimeout,
 			MaxRetries:            base.MaxRetries,
+			DialerRetries:         base.DialerRetries,
+			Dialer:                base.Dialer,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 			OnConnect:             onConnect,
@@ -231,6 +260,8 @@ func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) erro
 			ReadTimeout:           base.ReadTimeout,
 			WriteTimeout:          base.WriteTimeout,
 			MaxRetries:            base.MaxRetries,
+			DialerRetries:         base.DialerRetries,
+			Dialer:                base.Dialer,
 			ContextTimeoutEnabled: true,
 			DisableIdentity:       true,
 			OnConnect:             onConnect,
@@ -238,6 +269,33 @@ func newClient(opts Options, onConnect func(context.Context, *goredis.Conn) erro
 		}), false, base.PoolSize, nil
 	default:
 		return goredis.NewClient(base), false, base.PoolSize, nil
+	}
+}
+
+// probeClient returns how to make the client of a node's probe (see
+// health): one connection of its own, go-redis's own dialer (its reads are
+// not the node's progress). Each probe's context bounds it.
+func probeClient(opts Options, base *goredis.Options) func(addr string) goredis.UniversalClient {
+	return func(addr string) goredis.UniversalClient {
+		switch {
+		case len(opts.ClusterAddrs) > 0:
+			return goredis.NewClient(&goredis.Options{
+				Addr: addr, Username: base.Username, Password: base.Password, TLSConfig: base.TLSConfig,
+				PoolSize: 1, DialTimeout: base.DialTimeout, ReadTimeout: base.ReadTimeout, WriteTimeout: base.WriteTimeout,
+				MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			})
+		case len(opts.SentinelAddrs) > 0:
+			return goredis.NewFailoverClient(&goredis.FailoverOptions{
+				MasterName: opts.SentinelMaster, SentinelAddrs: opts.SentinelAddrs, SentinelPassword: opts.SentinelPassword,
+				Username: base.Username, Password: base.Password, DB: base.DB, TLSConfig: base.TLSConfig,
+				PoolSize: 1, DialTimeout: base.DialTimeout, ReadTimeout: base.ReadTimeout, WriteTimeout: base.WriteTimeout,
+				MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			})
+		}
+		po := *base
+		po.Dialer, po.OnConnect = nil, nil
+		po.PoolSize, po.MinIdleConns, po.MaxIdleConns = 1, 0, 0
+		return goredis.NewClient(&po)
 	}
 }
 

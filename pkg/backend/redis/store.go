@@ -105,6 +105,10 @@ type Store struct {
 	lateCharged     atomic.Uint64
 	lateUnsure      atomic.Uint64
 
+	// health notices a stalled or dead node (see stall.go); nil when
+	// Options.StallTimeout is negative.
+	health *health
+
 	// evalOnly is set once the server turned out to have no functions
 	// (Redis before 7.0, or FUNCTION not allowed): EVALSHA from then on.
 	evalOnly atomic.Bool
@@ -146,9 +150,20 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 		return nil, errors.New("redis: batch window must not be negative")
 	}
 	watch := &limitsWatch{notify: opts.OnServerLimits, last: map[string]ServerLimits{}}
-	client, cluster, poolSize, err := newClient(opts, watch.onConnect)
+	var h *health
+	if opts.StallTimeout >= 0 {
+		stall := opts.StallTimeout
+		if stall == 0 {
+			stall = DefaultStallTimeout
+		}
+		h = newHealth(stall, opts.OnNodeHealth)
+	}
+	client, cluster, poolSize, err := newClient(opts, watch.onConnect, h)
 	if err != nil {
 		return nil, err
+	}
+	if h != nil {
+		h.cluster, _ = client.(*goredis.ClusterClient)
 	}
 	r := &Store{
 		client:    client,
@@ -159,6 +174,7 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 		batchSize: opts.BatchSize,
 		stop:      make(chan struct{}),
 		watch:     watch,
+		health:    h,
 	}
 	if r.batchSize == 0 {
 		r.batchSize = DefaultBatchSize
@@ -201,6 +217,11 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 				return e.Value.ttl
 			}),
 		})
+	}
+	if h != nil {
+		h.pipelines = workers
+		r.wg.Add(1)
+		go h.watch(r.stop, &r.wg)
 	}
 	r.wg.Add(1 + workers)
 	go r.flushLoop()
@@ -283,11 +304,21 @@ type Stats struct {
 	ChunkDecided, ApproximateDecided uint64
 	Lease                            LeaseStats
 	Approximate                      ApproximateStats
+
+	// NodeTrips counts the times a node (the server, a Cluster master) was
+	// found not answering (see Options.StallTimeout), NodeReturns the
+	// times one answered again; NodesDown is how many are down now, their
+	// calls answered by the failure mode without being sent. StallProbes
+	// counts the PINGs that checked a node that stalled, failed on a
+	// connection, or was down.
+	// NodeDownCalls counts the calls so answered.
+	NodeTrips, NodeReturns, StallProbes, NodeDownCalls uint64
+	NodesDown                                          int
 }
 
 // Stats returns the store's counters.
 func (r *Store) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Requests:      r.requests.Load(),
 		RoundTrips:    r.roundTrips.Load(),
 		ScriptCalls:   r.scriptCalls.Load(),
@@ -315,6 +346,11 @@ func (r *Store) Stats() Stats {
 		Lease:                   r.leaseStats(),
 		Approximate:             r.approxStats(),
 	}
+	if h := r.health; h != nil {
+		s.NodeTrips, s.NodeReturns, s.StallProbes, s.NodeDownCalls = h.trips.Load(), h.returns.Load(), h.probes.Load(), h.downCalls.Load()
+		s.NodesDown = int(h.down.Load())
+	}
+	return s
 }
 
 func (r *Store) approxStats() ApproximateStats {
@@ -430,6 +466,12 @@ func (r *Store) applyStrict(ctx context.Context, until time.Time, items []backen
 		c.state, c.resolved = abandoned, true
 		r.notSent.Add(1)
 		err = fmt.Errorf("redis: not sent, the call's time was up before it was queued: %w", err)
+	} else if n := r.nodeDown(c); n != nil {
+		// A node of the call is down: it is not sent, and the failure
+		// mode decides at once rather than at the deadline.
+		c.state, c.resolved = abandoned, true
+		r.health.downCalls.Add(1)
+		err = n.downErr()
 	} else {
 		err = r.do(c)
 	}

@@ -1,0 +1,481 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// DefaultStallTimeout is Options.StallTimeout when it is zero: well above
+// a healthy round trip under load (a full pipeline takes a few
+// milliseconds, a garbage collection or a busy host adds a few more), well
+// below the deadlines Envoy gives its calls (20 ms by default) times the
+// callers that would each wait one out.
+const DefaultStallTimeout = 50 * time.Millisecond
+
+// forgetDown is how long a Cluster master stays down with no call for its
+// slots: after a failover its slots are another master's, and it would
+// otherwise be probed, and counted down, for good.
+const forgetDown = 5 * time.Second
+
+// ErrNodeDown is wrapped by the error of a call that was not sent because
+// the Redis server (a Cluster: the master of one of its keys) was found
+// not answering: see Options.StallTimeout.
+var ErrNodeDown = errors.New("redis: node not answering")
+
+// NodeHealth is a change of a node's state, for Options.OnNodeHealth.
+type NodeHealth struct {
+	// Addr is the node's address (a Cluster master's), or "" for the one
+	// server of a standalone or Sentinel setup.
+	Addr string
+	// Down: the node was found not answering, and calls for its keys
+	// answer by the failure mode until a probe answers again. Else the
+	// node answers again, after being down for Down's duration (For).
+	Down bool
+	// Err is why the probe failed (Down), nil otherwise.
+	Err error
+	// For is how long the node was down (when it is up again).
+	For time.Duration
+}
+
+// health notices a stalled or dead node fast, once for all its callers,
+// rather than each caller at its own deadline (DESIGN rule 9), without
+// mistaking a busy server for a dead one:
+//
+//   - Each node (the server; a Cluster: each master) counts its pipelines
+//     in flight and the instant of its last progress: the last reply byte
+//     read from any of its connections, or the sending of a pipeline when
+//     none was in flight.
+//   - When pipelines are in flight and nothing came back for the stall
+//     timeout, or a pipeline failed on its connection (refused, reset,
+//     closed), a probe runs: a PING on a connection of its own, with the
+//     stall timeout as its deadline. Only when it fails too, and no reply
+//     came back on the store's connections meanwhile, is the node marked
+//     down. A long pipeline on a busy server does not trip it: its
+//     replies come, or the PING is answered between its commands (the
+//     PING's deadline is the stall timeout plus the recent longest round
+//     trip once per pipeline in flight and once more, as it may wait
+//     behind the script calls Redis runs whole).
+//   - While a node is down, calls for its keys are not sent: they answer
+//     by the failure mode at once (ErrNodeDown), and the reads waiting on
+//     the node's connections end, which ends the pipelines stuck on them. A probe runs every
+//     stall timeout and marks the node up as soon as it answers.
+//
+// So a frozen node is noticed within twice the stall timeout (plus a tick
+// of a quarter of it, and the round trips above), a refused connection at
+// once.
+type health struct {
+	stall   time.Duration
+	epoch   time.Time
+	cluster *goredis.ClusterClient // nil: one node
+	one     *nodeHealth            // the node of a standalone or Sentinel setup
+
+	mu    sync.Mutex
+	nodes map[string]*nodeHealth // a Cluster's, by address
+
+	down    atomic.Int32 // nodes down
+	trips   atomic.Uint64
+	returns atomic.Uint64
+	probes  atomic.Uint64
+	// downCalls counts the calls not sent because a node was down.
+	downCalls atomic.Uint64
+	kick      chan struct{} // a pipeline failed on its connection: probe now
+	newProbe  func(addr string) goredis.UniversalClient
+	notify    func(NodeHealth)
+	// slow is about the longest recent successful round trip (ns): the
+	// longest since, decaying by a sixteenth at each round trip.
+	slow      atomic.Int64
+	pipelines int           // the store's pipelines in flight at most
+	downProbe time.Duration // the deadline of a down node's probe: the read timeout
+}
+
+// nodeHealth is the state of one node.
+type nodeHealth struct {
+	h    *health
+	addr string
+
+	inflight atomic.Int64 // pipelines in flight on it
+	progress atomic.Int64 // h.now() of its last progress
+	down     atomic.Bool
+	refused  atomic.Int64 // h.now() when a call was last refused for it
+	suspect  atomic.Bool  // a pipeline failed on its connection
+	probing  atomic.Bool
+
+	// The watchdog's own.
+	lastProbe int64
+	downAt    time.Time
+
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{} // its open connections (of the store's client)
+	probe goredis.UniversalClient
+}
+
+func newHealth(stall time.Duration, notify func(NodeHealth)) *health {
+	h := &health{stall: stall, epoch: time.Now(), nodes: map[string]*nodeHealth{}, kick: make(chan struct{}, 1), notify: notify}
+	h.one = h.newNode("")
+	return h
+}
+
+func (h *health) newNode(addr string) *nodeHealth {
+	return &nodeHealth{h: h, addr: addr, conns: map[*trackedConn]struct{}{}}
+}
+
+// now is the monotonic time since h was made.
+func (h *health) now() int64 { return int64(time.Since(h.epoch)) }
+
+// node returns the node of addr: the one node unless on a Cluster.
+func (h *health) node(addr string) *nodeHealth {
+	if h.cluster == nil {
+		return h.one
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.nodes[addr]
+	if n == nil {
+		n = h.newNode(addr)
+		h.nodes[addr] = n
+	}
+	return n
+}
+
+// slotNode returns the node of the master of the slot of key (nil when
+// the Cluster's state is not known).
+func (h *health) slotNode(key string) *nodeHealth {
+	if h.cluster == nil {
+		return h.one
+	}
+	c, err := h.cluster.MasterForKey(context.Background(), key)
+	if err != nil {
+		return nil
+	}
+	return h.node(c.Options().Addr)
+}
+
+// callDown returns the first node down among those of c's groups, nil when
+// none is (the common case costs one atomic load).
+func (h *health) callDown(c *call) *nodeHealth {
+	if h.down.Load() == 0 {
+		return nil
+	}
+	if h.cluster == nil {
+		return h.one
+	}
+	for i := range c.groups {
+		g := &c.groups[i]
+		if len(g.items) == 0 {
+			continue
+		}
+		if n := h.slotNode(g.items[0].key); n != nil && n.down.Load() {
+			return n
+		}
+	}
+	return nil
+}
+
+// nodeDown returns a node of c that is down, nil when none is or the
+// check is off.
+func (r *Store) nodeDown(c *call) *nodeHealth {
+	if r.health == nil {
+		return nil
+	}
+	return r.health.callDown(c)
+}
+
+// downErr is the error of a call not sent because n is down.
+func (n *nodeHealth) downErr() error {
+	n.refused.Store(n.h.now())
+	where := "redis"
+	if n.addr != "" {
+		where = "redis node " + n.addr
+	}
+	return fmt.Errorf("%w: %s sent no reply for %v and failed a PING; calls answer by the failure mode until it answers again", ErrNodeDown, where, n.h.stall)
+}
+
+// noteRoundTrip records the duration of a successful round trip.
+func (h *health) noteRoundTrip(d time.Duration) {
+	for {
+		old := h.slow.Load()
+		if h.slow.CompareAndSwap(old, max(int64(d), old-old/16)) {
+			return
+		}
+	}
+}
+
+// begin counts a pipeline sent to n.
+func (n *nodeHealth) begin() {
+	if n.inflight.Add(1) == 1 {
+		n.progress.Store(n.h.now())
+	}
+}
+
+// end counts a pipeline of n returned; failed on its connection (err is
+// not a reply of Redis), it makes the watchdog probe n at once.
+func (n *nodeHealth) end(err error) {
+	n.inflight.Add(-1)
+	if err != nil && connFailed(err) && !n.down.Load() {
+		n.suspect.Store(true)
+		select {
+		case n.h.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// connFailed reports whether err is a failure of the connection rather
+// than an error reply of Redis (which proves the server answers).
+func connFailed(err error) bool {
+	var re goredis.Error
+	if errors.As(err, &re) {
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, goredis.ErrClosed)
+}
+
+// watch runs the probes until stop closes.
+func (h *health) watch(stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(max(h.stall/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			h.closeProbes()
+			return
+		case <-tick.C:
+		case <-h.kick:
+		}
+		h.check(stop, wg)
+	}
+}
+
+// check starts the probes due: of the nodes down every stall timeout, of
+// the others when they stall or failed on a connection.
+func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
+	now := h.now()
+	stall := int64(h.stall)
+	visit := func(n *nodeHealth) {
+		if n.probing.Load() {
+			return
+		}
+		switch {
+		case n.down.Load():
+			if h.cluster != nil && now-n.refused.Load() > int64(forgetDown) {
+				// No call for its slots: a failover moved them to another
+				// master. If they are still its, the next call finds out.
+				n.up()
+				return
+			}
+			if now-n.lastProbe < stall {
+				return
+			}
+		case n.suspect.Swap(false):
+		case n.inflight.Load() > 0 && now-n.progress.Load() >= stall:
+		default:
+			return
+		}
+		n.lastProbe = now
+		n.probing.Store(true)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer n.probing.Store(false)
+			n.runProbe(stop)
+		}()
+	}
+	if h.cluster == nil {
+		visit(h.one)
+		return
+	}
+	h.mu.Lock()
+	nodes := make([]*nodeHealth, 0, len(h.nodes))
+	for _, n := range h.nodes {
+		nodes = append(nodes, n)
+	}
+	h.mu.Unlock()
+	for _, n := range nodes {
+		visit(n)
+	}
+}
+
+// runProbe PINGs n on its probe connection and marks n down or up.
+func (n *nodeHealth) runProbe(stop <-chan struct{}) {
+	h := n.h
+	n.mu.Lock()
+	if n.probe == nil {
+		n.probe = h.newProbe(n.addr)
+	}
+	p := n.probe
+	n.mu.Unlock()
+	h.probes.Add(1)
+	// A PING waits behind the script calls Redis is running (a script
+	// runs whole), at most those of the pipelines in flight and one more:
+	// it gets as many of the recent longest round trips more than the
+	// stall timeout, so that a server busy with long pipelines answers in
+	// time.
+	timeout := h.stall + time.Duration(h.pipelines+1)*time.Duration(h.slow.Load())
+	if n.down.Load() {
+		// Nothing waits on a node down: the PING may wait as long as a
+		// pipeline would (it is answered the moment a frozen server
+		// resumes), so that a busy host does not keep the node down.
+		timeout = max(timeout, h.downProbe)
+	}
+	start := h.now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := p.Ping(ctx).Err()
+	cancel()
+	if err != nil && !n.down.Load() && n.progress.Load() >= start {
+		// A reply came back on the store's connections meanwhile: the
+		// server answers, this process was slow to read the PING's reply
+		// (a busy host), or the probe's connection failed alone.
+		err = nil
+	}
+	select {
+	case <-stop:
+		return
+	default:
+	}
+	if err != nil {
+		// A fresh client at the next probe: go-redis's pool refuses to
+		// dial again for a second after a failed dial.
+		n.mu.Lock()
+		if n.probe == p {
+			n.probe = nil
+		}
+		n.mu.Unlock()
+		_ = p.Close()
+		if n.down.CompareAndSwap(false, true) {
+			n.downAt = time.Now()
+			n.refused.Store(h.now())
+			h.down.Add(1)
+			h.trips.Add(1)
+			n.endReads()
+			if h.notify != nil {
+				h.notify(NodeHealth{Addr: n.addr, Down: true, Err: err})
+			}
+		}
+		return
+	}
+	// It answers: a stall was a busy server, or the node is back.
+	n.progress.Store(h.now())
+	n.up()
+}
+
+// up marks n up when it was down.
+func (n *nodeHealth) up() {
+	h := n.h
+	if n.down.CompareAndSwap(true, false) {
+		h.down.Add(-1)
+		h.returns.Add(1)
+		if h.notify != nil {
+			h.notify(NodeHealth{Addr: n.addr, For: time.Since(n.downAt)})
+		}
+	}
+}
+
+// endReads ends the reads waiting on n's connections: the pipelines
+// waiting for replies fail at once (their callers' failure mode decides,
+// see Store.degrade), and go-redis drops those connections (a timeout).
+// Idle connections stay in the pool.
+func (n *nodeHealth) endReads() {
+	n.mu.Lock()
+	var conns []*trackedConn
+	for c := range n.conns {
+		if c.reading.Load() {
+			conns = append(conns, c)
+		}
+	}
+	n.mu.Unlock()
+	for _, c := range conns {
+		// go-redis set its own read deadline before the read began.
+		_ = c.Conn.SetReadDeadline(time.Now())
+	}
+}
+
+func (h *health) closeProbes() {
+	all := []*nodeHealth{h.one}
+	h.mu.Lock()
+	for _, n := range h.nodes {
+		all = append(all, n)
+	}
+	h.mu.Unlock()
+	for _, n := range all {
+		n.mu.Lock()
+		if n.probe != nil {
+			_ = n.probe.Close()
+			n.probe = nil
+		}
+		n.mu.Unlock()
+	}
+}
+
+// dialer returns the dialer of the store's client: go-redis's own (TCP,
+// or TLS with tlsConf), whose connections mark their node's progress at
+// each read.
+func (h *health) dialer(timeout time.Duration, tlsConf *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
+		var c net.Conn
+		var err error
+		if tlsConf == nil {
+			c, err = d.DialContext(ctx, network, addr)
+		} else {
+			c, err = (&tls.Dialer{NetDialer: d, Config: tlsConf}).DialContext(ctx, network, addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		n := h.node(addr)
+		t := &trackedConn{Conn: c, n: n}
+		n.mu.Lock()
+		n.conns[t] = struct{}{}
+		n.mu.Unlock()
+		if s, ok := c.(syscall.Conn); ok {
+			// go-redis checks a pooled connection through its file
+			// descriptor before reuse (a closed peer is noticed then).
+			return &trackedSysConn{trackedConn: t, sys: s}, nil
+		}
+		return t, nil
+	}
+}
+
+// trackedConn marks its node's progress at each read of a reply byte.
+type trackedConn struct {
+	net.Conn
+	n       *nodeHealth
+	once    sync.Once
+	reading atomic.Bool // a Read is in progress
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	c.reading.Store(true)
+	k, err := c.Conn.Read(b)
+	c.reading.Store(false)
+	if k > 0 {
+		c.n.progress.Store(c.n.h.now())
+	}
+	return k, err
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.n.mu.Lock()
+		delete(c.n.conns, c)
+		c.n.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+type trackedSysConn struct {
+	*trackedConn
+	sys syscall.Conn
+}
+
+func (c *trackedSysConn) SyscallConn() (syscall.RawConn, error) { return c.sys.SyscallConn() }

@@ -1,0 +1,368 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoyrls/envoy-rls/internal/redistest"
+	"github.com/envoyrls/envoy-rls/internal/schedprobe"
+	"github.com/envoyrls/envoy-rls/internal/testutil"
+	"github.com/envoyrls/envoy-rls/pkg/algorithms"
+	"github.com/envoyrls/envoy-rls/pkg/backend"
+	"github.com/envoyrls/envoy-rls/pkg/backend/redis"
+)
+
+// stallLoad runs clients goroutines calling Apply on key with deadline
+// until stopped, and records how each call ended.
+type stallLoad struct {
+	mu      sync.Mutex
+	results []stallResult
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type stallResult struct {
+	start, end time.Time
+	err        error
+}
+
+func startStallLoad(r *redis.Store, clients int, deadline time.Duration, key func(c int) backend.Item) *stallLoad {
+	ld := &stallLoad{stop: make(chan struct{})}
+	for c := 0; c < clients; c++ {
+		ld.wg.Add(1)
+		go func() {
+			defer ld.wg.Done()
+			items := []backend.Item{key(c)}
+			out := make([]algorithms.Decision, 1)
+			for {
+				select {
+				case <-ld.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
+				_, err := r.Apply(ctx, items, out)
+				end := time.Now()
+				cancel()
+				ld.mu.Lock()
+				ld.results = append(ld.results, stallResult{start, end, err})
+				ld.mu.Unlock()
+				if err != nil {
+					// A failure mode's answer comes at once: do not spin.
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	return ld
+}
+
+func (ld *stallLoad) halt() {
+	close(ld.stop)
+	ld.wg.Wait()
+}
+
+// count returns the calls ended after from that match f.
+func (ld *stallLoad) count(from time.Time, f func(stallResult) bool) int {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	n := 0
+	for _, r := range ld.results {
+		if r.end.After(from) && f(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// countStarted returns the calls started after from that match f.
+func (ld *stallLoad) countStarted(from time.Time, f func(stallResult) bool) int {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	n := 0
+	for _, r := range ld.results {
+		if r.start.After(from) && f(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// firstDown returns when the first call after from ended with ErrNodeDown.
+func (ld *stallLoad) firstDown(from time.Time) time.Time {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	var first time.Time
+	for _, r := range ld.results {
+		if r.end.After(from) && errors.Is(r.err, redis.ErrNodeDown) && (first.IsZero() || r.end.Before(first)) {
+			first = r.end
+		}
+	}
+	return first
+}
+
+// slowest returns the longest call that started after from.
+func (ld *stallLoad) slowest(from time.Time) time.Duration {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	var w time.Duration
+	for _, r := range ld.results {
+		if r.start.After(from) {
+			w = max(w, r.end.Sub(r.start))
+		}
+	}
+	return w
+}
+
+func stallLimit() algorithms.Limit {
+	return algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}
+}
+
+// TestStallFrozen: Redis frozen (SIGSTOP) under a load of callers with 2 s
+// deadlines. The store notices it within twice the stall timeout (plus its
+// tick and the measured scheduling slack), not at the callers' deadline:
+// the calls in flight end then, and every later call answers ErrNodeDown at
+// once. Resumed (SIGCONT), Redis decides again by itself.
+func TestStallFrozen(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const stall = 30 * time.Millisecond
+	var events []redis.NodeHealth
+	var evMu sync.Mutex
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: stall, OnNodeHealth: func(h redis.NodeHealth) {
+		evMu.Lock()
+		events = append(events, h)
+		evMu.Unlock()
+	}})
+	ld := startStallLoad(r, 8, 2*time.Second, func(c int) backend.Item { return backend.Item{Key: fmt.Sprint("k", c), Limit: stallLimit(), Hits: 1} })
+	defer ld.halt()
+	ok := func(s stallResult) bool { return s.err == nil }
+	testutil.WaitFor(t, 10*time.Second, "calls succeed", func() bool { return ld.count(time.Time{}, ok) > 100 })
+	healthyFrom := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "a healthy baseline", func() bool { return ld.count(healthyFrom, ok) > 100 })
+	rtt := ld.slowest(healthyFrom)
+
+	probe := schedprobe.Start()
+	srv.Pause()
+	paused := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "calls answer ErrNodeDown", func() bool {
+		return ld.count(paused, func(s stallResult) bool { return errors.Is(s.err, redis.ErrNodeDown) }) > 100
+	})
+	noticed := ld.firstDown(paused).Sub(paused)
+	// After the trip, a call answers at once: well before its deadline.
+	tripped := ld.firstDown(paused)
+	slowest := ld.slowest(tripped)
+	// No reply for the stall timeout, noticed within a tick, then a
+	// PING that fails after the stall timeout and twice the recent
+	// longest round trip (one pipeline in flight, and one more; a healthy
+	// call's latency is at least a round trip).
+	bound := 2*stall + stall/4 + 2*rtt
+	slack := probe.Stop()
+	if noticed > bound+slack {
+		t.Errorf("the freeze was noticed after %v, want within %v (+ measured scheduling slack %v)", noticed, bound, slack)
+	}
+	if slowest > bound+slack {
+		t.Errorf("a call sent once the node was down took %v, want at most %v (+ slack %v)", slowest, bound, slack)
+	}
+	// The calls in flight at the freeze ended when it was noticed, not at
+	// their 2 s deadline.
+	if n := ld.count(paused, func(s stallResult) bool { return s.end.Sub(s.start) >= time.Second }); n > 0 {
+		t.Errorf("%d calls waited out their deadline", n)
+	}
+	if st := r.Stats(); st.NodesDown != 1 || st.NodeTrips != 1 {
+		t.Errorf("while frozen: %d nodes down, %d trips, want 1 and 1", st.NodesDown, st.NodeTrips)
+	}
+
+	srv.Resume()
+	resumed := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "calls succeed again", func() bool { return ld.count(resumed, ok) > 100 })
+	st := r.Stats()
+	if st.NodesDown != 0 || st.NodeReturns != 1 {
+		t.Errorf("after the resume: %d nodes down, %d returns, want 0 and 1", st.NodesDown, st.NodeReturns)
+	}
+	evMu.Lock()
+	if len(events) != 2 || !events[0].Down || events[0].Err == nil || events[1].Down || events[1].For <= 0 {
+		t.Errorf("OnNodeHealth got %+v, want a down then an up", events)
+	}
+	evMu.Unlock()
+	t.Logf("noticed after %v (bound %v + slack %v), slowest call after %v; stats %+v", noticed, bound, slack, slowest, st)
+}
+
+// TestStallKilled: Redis killed under load: the first failed connection
+// trips the node at once (a refused dial fails its probe), calls answer
+// ErrNodeDown without waiting, and the restarted server decides again.
+func TestStallKilled(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const stall = 30 * time.Millisecond
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: stall})
+	ld := startStallLoad(r, 8, 2*time.Second, func(c int) backend.Item { return backend.Item{Key: fmt.Sprint("k", c), Limit: stallLimit(), Hits: 1} })
+	defer ld.halt()
+	ok := func(s stallResult) bool { return s.err == nil }
+	testutil.WaitFor(t, 10*time.Second, "calls succeed", func() bool { return ld.count(time.Time{}, ok) > 100 })
+
+	probe := schedprobe.Start()
+	srv.Stop()
+	killed := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "calls answer ErrNodeDown", func() bool {
+		return ld.count(killed, func(s stallResult) bool { return errors.Is(s.err, redis.ErrNodeDown) }) > 100
+	})
+	noticed := ld.firstDown(killed).Sub(killed)
+	slowest := ld.slowest(killed)
+	slack := probe.Stop()
+	// A refused connection needs no stall timeout: a tick at most.
+	if bound := stall / 4; noticed > bound+slack {
+		t.Errorf("the kill was noticed after %v, want within %v (+ measured scheduling slack %v)", noticed, bound, slack)
+	}
+	if bound := stall; slowest > bound+slack {
+		t.Errorf("a call sent after the kill took %v, want at most %v (+ slack %v)", slowest, bound, slack)
+	}
+
+	srv.Restart()
+	back := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "calls succeed again", func() bool { return ld.count(back, ok) > 100 })
+	st := r.Stats()
+	if st.NodesDown != 0 || st.NodeTrips == 0 || st.NodeReturns != st.NodeTrips {
+		t.Errorf("after the restart: %d nodes down, %d trips, %d returns", st.NodesDown, st.NodeTrips, st.NodeReturns)
+	}
+	t.Logf("noticed after %v, slowest call after the kill %v (slack %v); stats %+v", noticed, slowest, slack, st)
+}
+
+// TestStallOverloadNoTrip: a healthy Redis kept busy by many concurrent
+// callers whose requests make long script calls (64 items each, pipelines
+// of up to 64 requests: script calls of thousands of keys, some of which
+// send no reply byte for longer than the default stall timeout) is not
+// down: the stalls are checked (probes run), every PING is answered, and
+// no call is refused.
+func TestStallOverloadNoTrip(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), Pipelines: 2, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
+	// A first call loads the script and measures a round trip.
+	redisApply(t, r, backend.Item{Key: "warm", Limit: stallLimit(), Hits: 1})
+	const items = 64
+	var calls, failed atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 64; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			its := make([]backend.Item, items)
+			for i := range its {
+				its[i] = backend.Item{Key: fmt.Sprintf("ov-%d-%d", c, i), Limit: stallLimit(), Hits: 1}
+			}
+			out := make([]algorithms.Decision, items)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := r.Apply(ctx, its, out)
+				cancel()
+				calls.Add(1)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	testutil.WaitFor(t, 60*time.Second, "stalls checked under load", func() bool {
+		return r.Stats().StallProbes >= 3 && calls.Load() >= 5000
+	})
+	close(stop)
+	wg.Wait()
+	st := r.Stats()
+	if st.NodeTrips != 0 || failed.Load() != 0 {
+		t.Errorf("a busy Redis was taken for a down one: %d trips, %d of %d calls failed (first: %v)", st.NodeTrips, failed.Load(), calls.Load(), firstErr.Load())
+	}
+	t.Logf("%d calls, %d probes, %d round trips", calls.Load(), st.StallProbes, st.RoundTrips)
+}
+
+// TestStallClusterOneMaster: one master of a 3-master Cluster frozen:
+// calls on its slots answer ErrNodeDown once it is noticed, calls on the
+// other masters' slots keep being decided by Redis at their usual latency
+// (their median within twice the healthy one, plus the measured scheduling
+// slack), and the master decides again once resumed.
+func TestStallClusterOneMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	const stall = 30 * time.Millisecond
+	r := newRedisStore(t, redis.Options{ClusterAddrs: cl.Addrs(), StallTimeout: stall})
+	// A partition on each master.
+	parts := make([]uint64, len(cl.Nodes))
+	found := 0
+	for p := uint64(1); found < len(cl.Nodes); p++ {
+		s := redis.Slot(redis.RedisKey("", backend.Item{Key: "c", Partition: p}))
+		for i := range cl.Nodes {
+			if lo, hi := redistest.SlotRange(i, len(cl.Nodes)); s >= lo && s <= hi && parts[i] == 0 {
+				parts[i] = p
+				found++
+			}
+		}
+	}
+	const frozen = 1
+	ld := startStallLoad(r, 12, 2*time.Second, func(c int) backend.Item {
+		return backend.Item{Key: "c", Partition: parts[c%len(parts)], Limit: stallLimit(), Hits: 1}
+	})
+	defer ld.halt()
+	ok := func(s stallResult) bool { return s.err == nil }
+	testutil.WaitFor(t, 10*time.Second, "calls succeed", func() bool { return ld.count(time.Time{}, ok) > 300 })
+	healthyFrom := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "a healthy baseline", func() bool { return ld.count(healthyFrom, ok) > 300 })
+	healthy := ld.median(healthyFrom, time.Now(), func(s stallResult) bool { return s.err == nil })
+
+	probe := schedprobe.Start()
+	cl.Nodes[frozen].Pause()
+	paused := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "calls on the frozen master answer ErrNodeDown", func() bool {
+		return ld.count(paused, func(s stallResult) bool { return errors.Is(s.err, redis.ErrNodeDown) }) > 100
+	})
+	tripped := ld.firstDown(paused)
+	testutil.WaitFor(t, 10*time.Second, "calls on the other masters go on", func() bool {
+		return ld.count(tripped, func(s stallResult) bool { return s.err == nil }) > 300
+	})
+	during := ld.median(tripped, time.Now(), func(s stallResult) bool { return s.err == nil })
+	slack := probe.Stop()
+	if during > 2*healthy+slack {
+		t.Errorf("healthy slots' median latency %v with a master down, %v before (+ slack %v)", during, healthy, slack)
+	}
+	if n := ld.countStarted(tripped, func(s stallResult) bool { return s.err != nil && !errors.Is(s.err, redis.ErrNodeDown) }); n > 0 {
+		t.Errorf("%d calls failed otherwise than ErrNodeDown once the master was down", n)
+	}
+	if st := r.Stats(); st.NodesDown != 1 {
+		t.Errorf("%d nodes down, want 1", st.NodesDown)
+	}
+	cl.Nodes[frozen].Resume()
+	resumed := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "the master decides again", func() bool {
+		return r.Stats().NodesDown == 0 && ld.count(resumed, func(s stallResult) bool { return s.err == nil }) > 300
+	})
+	t.Logf("healthy median %v, with a master down %v (slack %v); stats %+v", healthy, during, slack, r.Stats())
+}
+
+// median returns the median latency of the calls that ended between from
+// and to and match f.
+func (ld *stallLoad) median(from, to time.Time, f func(stallResult) bool) time.Duration {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	var d []time.Duration
+	for _, r := range ld.results {
+		if r.end.After(from) && r.end.Before(to) && f(r) {
+			d = append(d, r.end.Sub(r.start))
+		}
+	}
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
+}
