@@ -65,8 +65,13 @@ type NodeHealth struct {
 //     trip once per pipeline in flight and once more, as it may wait
 //     behind the script calls Redis runs whole).
 //   - While a node is down, calls for its keys are not sent: they answer
-//     by the failure mode at once (ErrNodeDown), and the reads waiting on
-//     the node's connections end, which ends the pipelines stuck on them. A probe runs every
+//     by the failure mode at once (ErrNodeDown). On a Cluster the reads
+//     waiting on the node's connections end too: the pipelines stuck on
+//     them carry other masters' calls, which would otherwise wait with
+//     them (their own calls then count as maybe charged, see
+//     Store.degrade). A standalone server's pipelines keep waiting for
+//     their replies (within the read timeout), which say what Redis
+//     charged; their callers leave at their own deadlines. A probe runs every
 //     stall timeout and marks the node up as soon as it answers.
 //
 // So a frozen node is noticed within twice the stall timeout (plus a tick
@@ -93,7 +98,10 @@ type health struct {
 	// slow is about the longest recent successful round trip (ns): the
 	// longest since, decaying by a sixteenth at each round trip.
 	slow      atomic.Int64
-	pipelines int           // the store's pipelines in flight at most
+	pipelines int // the store's pipelines in flight at most
+	// onDown answers the calls waiting for a pipeline of a node found
+	// down (Store.dropPending).
+	onDown    func(*nodeHealth)
 	downProbe time.Duration // the deadline of a down node's probe: the read timeout
 }
 
@@ -187,6 +195,45 @@ func (r *Store) nodeDown(c *call) *nodeHealth {
 		return nil
 	}
 	return r.health.callDown(c)
+}
+
+// callOn reports whether one of c's groups is for n.
+func (h *health) callOn(c *call, n *nodeHealth) bool {
+	if h.cluster == nil {
+		return n == h.one
+	}
+	for i := range c.groups {
+		if g := &c.groups[i]; len(g.items) > 0 && h.slotNode(g.items[0].key) == n {
+			return true
+		}
+	}
+	return false
+}
+
+// dropPending answers the calls waiting for a pipeline that are for n (a
+// node just found down) by the failure mode at once: they were not sent.
+// (A worker may be held by a pipeline stuck on n.)
+func (r *Store) dropPending(n *nodeHealth) {
+	r.mu.Lock()
+	var drop []*call
+	kept := r.pending[:0]
+	for _, c := range r.pending {
+		if r.health.callOn(c, n) {
+			c.taken = true // the caller's unqueue finds it gone
+			r.pendingCmds -= len(c.groups)
+			drop = append(drop, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(r.pending[len(kept):])
+	r.pending = kept
+	r.mu.Unlock()
+	for _, c := range drop {
+		r.health.downCalls.Add(1)
+		c.err = n.downErr()
+		c.finish(notCharged)
+	}
 }
 
 // downErr is the error of a call not sent because n is down.
@@ -331,11 +378,18 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	err := p.Ping(ctx).Err()
 	cancel()
-	if err != nil && !n.down.Load() && n.progress.Load() >= start {
-		// A reply came back on the store's connections meanwhile: the
-		// server answers, this process was slow to read the PING's reply
-		// (a busy host), or the probe's connection failed alone.
-		err = nil
+	if err != nil && !n.down.Load() {
+		if n.progress.Load() >= start {
+			// A reply came back on the store's connections meanwhile:
+			// the server answers, and the probe's connection failed
+			// alone.
+			err = nil
+		} else if late := time.Duration(h.now()-start) - timeout; late > timeout/2 {
+			// This process ran late (a busy host): the reply may wait
+			// unread. Not a verdict: the next stall checks again.
+			n.progress.Store(h.now())
+			return
+		}
 	}
 	select {
 	case <-stop:
@@ -356,7 +410,12 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 			n.refused.Store(h.now())
 			h.down.Add(1)
 			h.trips.Add(1)
-			n.endReads()
+			if h.cluster != nil {
+				n.endReads()
+			}
+			if h.onDown != nil {
+				h.onDown(n)
+			}
 			if h.notify != nil {
 				h.notify(NodeHealth{Addr: n.addr, Down: true, Err: err})
 			}
@@ -383,7 +442,8 @@ func (n *nodeHealth) up() {
 // endReads ends the reads waiting on n's connections: the pipelines
 // waiting for replies fail at once (their callers' failure mode decides,
 // see Store.degrade), and go-redis drops those connections (a timeout).
-// Idle connections stay in the pool.
+// Idle connections stay in the pool. A Cluster's pipelines only: see
+// health.
 func (n *nodeHealth) endReads() {
 	n.mu.Lock()
 	var conns []*trackedConn

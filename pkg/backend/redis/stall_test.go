@@ -127,9 +127,11 @@ func stallLimit() algorithms.Limit {
 
 // TestStallFrozen: Redis frozen (SIGSTOP) under a load of callers with 2 s
 // deadlines. The store notices it within twice the stall timeout (plus its
-// tick and the measured scheduling slack), not at the callers' deadline:
-// the calls in flight end then, and every later call answers ErrNodeDown at
-// once. Resumed (SIGCONT), Redis decides again by itself.
+// tick, the round trips its PING may wait behind, and the measured
+// scheduling slack), not at the callers' deadline: every later call
+// answers ErrNodeDown at once. Resumed (SIGCONT), Redis decides again by
+// itself, and the calls that were in flight are resolved by their replies
+// (nothing counts as maybe charged).
 func TestStallFrozen(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	const stall = 30 * time.Millisecond
@@ -170,11 +172,6 @@ func TestStallFrozen(t *testing.T) {
 	if slowest > bound+slack {
 		t.Errorf("a call sent once the node was down took %v, want at most %v (+ slack %v)", slowest, bound, slack)
 	}
-	// The calls in flight at the freeze ended when it was noticed, not at
-	// their 2 s deadline.
-	if n := ld.count(paused, func(s stallResult) bool { return s.end.Sub(s.start) >= time.Second }); n > 0 {
-		t.Errorf("%d calls waited out their deadline", n)
-	}
 	if st := r.Stats(); st.NodesDown != 1 || st.NodeTrips != 1 {
 		t.Errorf("while frozen: %d nodes down, %d trips, want 1 and 1", st.NodesDown, st.NodeTrips)
 	}
@@ -185,6 +182,9 @@ func TestStallFrozen(t *testing.T) {
 	st := r.Stats()
 	if st.NodesDown != 0 || st.NodeReturns != 1 {
 		t.Errorf("after the resume: %d nodes down, %d returns, want 0 and 1", st.NodesDown, st.NodeReturns)
+	}
+	if st.LateUnsure != 0 {
+		t.Errorf("%d calls in flight at the freeze count as maybe charged: their pipeline did not wait for its replies", st.LateUnsure)
 	}
 	evMu.Lock()
 	if len(events) != 2 || !events[0].Down || events[0].Err == nil || events[1].Down || events[1].For <= 0 {
@@ -241,7 +241,9 @@ func TestStallKilled(t *testing.T) {
 // no call is refused.
 func TestStallOverloadNoTrip(t *testing.T) {
 	srv := redistest.StartStandalone(t)
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), Pipelines: 2, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
+	// Long read and write timeouts: a pipeline is never given up on, whatever the
+	// load (only the stall check is tested here).
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), Pipelines: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
 	// A first call loads the script and measures a round trip.
 	redisApply(t, r, backend.Item{Key: "warm", Limit: stallLimit(), Hits: 1})
 	const items = 64
@@ -335,8 +337,15 @@ func TestStallClusterOneMaster(t *testing.T) {
 	if during > 2*healthy+slack {
 		t.Errorf("healthy slots' median latency %v with a master down, %v before (+ slack %v)", during, healthy, slack)
 	}
-	if n := ld.countStarted(tripped, func(s stallResult) bool { return s.err != nil && !errors.Is(s.err, redis.ErrNodeDown) }); n > 0 {
-		t.Errorf("%d calls failed otherwise than ErrNodeDown once the master was down", n)
+	var other error
+	if n := ld.countStarted(tripped, func(s stallResult) bool {
+		if s.err != nil && !errors.Is(s.err, redis.ErrNodeDown) {
+			other = s.err
+			return true
+		}
+		return false
+	}); n > 0 {
+		t.Errorf("%d calls failed otherwise than ErrNodeDown once the master was down (%v)", n, other)
 	}
 	if st := r.Stats(); st.NodesDown != 1 {
 		t.Errorf("%d nodes down, want 1", st.NodesDown)

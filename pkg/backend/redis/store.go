@@ -220,6 +220,7 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 	}
 	if h != nil {
 		h.pipelines = workers
+		h.onDown = r.dropPending
 		r.wg.Add(1)
 		go h.watch(r.stop, &r.wg)
 	}
