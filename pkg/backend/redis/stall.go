@@ -445,10 +445,13 @@ func (n *nodeHealth) up() {
 // Idle connections stay in the pool. A Cluster's pipelines only: see
 // health.
 func (n *nodeHealth) endReads() {
+	// Reads that began since the stall did not see it all: a command
+	// sent later (by another path of the store) has its own deadline.
+	before := n.h.now() - int64(n.h.stall)
 	n.mu.Lock()
 	var conns []*trackedConn
 	for c := range n.conns {
-		if c.reading.Load() {
+		if since := c.readSince.Load(); since != 0 && since <= before {
 			conns = append(conns, c)
 		}
 	}
@@ -509,15 +512,17 @@ func (h *health) dialer(timeout time.Duration, tlsConf *tls.Config) func(ctx con
 // trackedConn marks its node's progress at each read of a reply byte.
 type trackedConn struct {
 	net.Conn
-	n       *nodeHealth
-	once    sync.Once
-	reading atomic.Bool // a Read is in progress
+	n    *nodeHealth
+	once sync.Once
+	// readSince is the node's now() when the Read in progress began
+	// (at least 1), 0 when none is.
+	readSince atomic.Int64
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {
-	c.reading.Store(true)
+	c.readSince.Store(max(c.n.h.now(), 1))
 	k, err := c.Conn.Read(b)
-	c.reading.Store(false)
+	c.readSince.Store(0)
 	if k > 0 {
 		c.n.progress.Store(c.n.h.now())
 	}
