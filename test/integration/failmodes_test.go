@@ -39,7 +39,15 @@ func TestFailureModes(t *testing.T) {
 			}{
 				{"overload", fmOverload}, {"slow", fmSlow}, {"frozen", fmFrozen}, {"killed", fmKilled},
 			} {
+				trips := func() (n float64) {
+					for _, p := range e.procs {
+						n += metricCount(t, p, "envoy_rls_redis_node_down_total")
+					}
+					return n
+				}
+				before := trips()
 				c := sc.run(e, "v-"+sc.name)
+				t.Logf("%s: Redis found down %v times", sc.name, trips()-before)
 				c.mode, c.scenario = mode, sc.name
 				t.Logf("%s (outage %v, degraded %v, written back %v, over limit %v)", c.row(), c.outage.Round(time.Millisecond), c.d.degraded, c.d.written, c.d.overLimit)
 				c.check(t)

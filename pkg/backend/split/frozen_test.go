@@ -44,11 +44,15 @@ func frozenPair(t *testing.T, mode string, freeze string) (*split.Store, *redis.
 	return s, main, ps, frozen
 }
 
-// counted waits until Redis counts want hits on key of store st (the late
-// replies and write-backs after a freeze), then checks that nothing more
+// counted waits until st takes Redis for answering and Redis counts want
+// hits on key of store st (the late replies and write-backs after a
+// freeze), then checks that nothing more
 // comes once every write-back is sent.
 func counted(t *testing.T, st *redis.Store, key string, l algorithms.Limit, want uint64) {
 	t.Helper()
+	// A store that found the frozen server down answers by the failure
+	// mode until its next PING does.
+	testutil.WaitFor(t, 20*time.Second, "Redis answering again", func() bool { return st.Stats().NodesDown == 0 })
 	testutil.WaitFor(t, 20*time.Second, key+" counted", func() bool {
 		return l.Requests-remaining(t, st, key, l) >= want && st.Stats().WriteBackPending == 0
 	})
