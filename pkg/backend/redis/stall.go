@@ -118,6 +118,7 @@ type nodeHealth struct {
 	probing  atomic.Bool
 
 	// The watchdog's own.
+	warm      bool // its probe's connection was opened once
 	lastProbe int64
 	downAt    time.Time
 
@@ -325,6 +326,18 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 			}
 		case n.suspect.Swap(false):
 		case n.inflight.Load() > 0 && now-n.progress.Load() >= stall:
+		case n.inflight.Load() > 0 && !n.warm:
+			// The node has traffic: open the probe's connection ahead
+			// of need, so that a stall's PING does not wait for one.
+			n.warm = true
+			n.probing.Store(true)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer n.probing.Store(false)
+				n.warmUp()
+			}()
+			return
 		default:
 			return
 		}
@@ -352,6 +365,19 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 	}
 }
 
+// warmUp opens n's probe connection (a PING that decides nothing).
+func (n *nodeHealth) warmUp() {
+	n.mu.Lock()
+	if n.probe == nil {
+		n.probe = n.h.newProbe(n.addr)
+	}
+	p := n.probe
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), n.h.downProbe)
+	_ = p.Ping(ctx).Err()
+	cancel()
+}
+
 // runProbe PINGs n on its probe connection and marks n down or up.
 func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	h := n.h
@@ -368,6 +394,10 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	// stall timeout, so that a server busy with long pipelines answers in
 	// time.
 	timeout := h.stall + time.Duration(h.pipelines+1)*time.Duration(h.slow.Load())
+	if p.PoolStats().TotalConns == 0 {
+		// A new connection first: its handshake waits the same way.
+		timeout += h.stall
+	}
 	if n.down.Load() {
 		// Nothing waits on a node down: the PING may wait as long as a
 		// pipeline would (it is answered the moment a frozen server
@@ -384,10 +414,9 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 			// the server answers, and the probe's connection failed
 			// alone.
 			err = nil
-		} else if late := time.Duration(h.now()-start) - timeout; late > timeout/2 {
+		} else if late := time.Duration(h.now()-start) - timeout; late > timeout {
 			// This process ran late (a busy host): the reply may wait
-			// unread. Not a verdict: the next stall checks again.
-			n.progress.Store(h.now())
+			// unread. Not a verdict: the next tick probes again.
 			return
 		}
 	}

@@ -163,7 +163,8 @@ func TestStallFrozen(t *testing.T) {
 	// No reply for the stall timeout, noticed within a tick, then a
 	// PING that fails after the stall timeout and twice the recent
 	// longest round trip (one pipeline in flight, and one more; a healthy
-	// call's latency is at least a round trip).
+	// call's latency is at least a round trip); the probe's connection
+	// was opened with the first calls.
 	bound := 2*stall + stall/4 + 2*rtt
 	slack := probe.Stop()
 	if noticed > bound+slack {
@@ -235,15 +236,15 @@ func TestStallKilled(t *testing.T) {
 
 // TestStallOverloadNoTrip: a healthy Redis kept busy by many concurrent
 // callers whose requests make long script calls (64 items each, pipelines
-// of up to 64 requests: script calls of thousands of keys, some of which
-// send no reply byte for longer than the default stall timeout) is not
+// of up to 64 requests: script calls of thousands of keys, many of which
+// send no reply byte for longer than a stall timeout of 20 ms) is not
 // down: the stalls are checked (probes run), every PING is answered, and
 // no call is refused.
 func TestStallOverloadNoTrip(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	// Long read and write timeouts: a pipeline is never given up on, whatever the
 	// load (only the stall check is tested here).
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), Pipelines: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: 20 * time.Millisecond, Pipelines: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
 	// A first call loads the script and measures a round trip.
 	redisApply(t, r, backend.Item{Key: "warm", Limit: stallLimit(), Hits: 1})
 	const items = 64
