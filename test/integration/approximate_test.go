@@ -55,11 +55,15 @@ func redisCounts(t *testing.T, srv *redistest.Server, key string) float64 {
 }
 
 // TestApproximateAcrossInstances: three instances on one Redis, 60 clients
-// with 2 s deadlines, a limit of 300 an hour with consistency approximate
-// (fixed window, then sliding window counter): at most 360 allowed (the
-// stated bound: 300 and what the instances' first decisions, strict, add
-// while others hold shares), at least 270; after SIGTERM, Redis counts
-// exactly the hits allowed (every one sent in a sync).
+// with 2 s deadlines sending 10 calls each, a limit of 300 an hour with
+// consistency approximate (fixed window, then sliding window counter): at
+// most 360 allowed (the stated bound: 300 and what the instances' first
+// decisions, strict, add while others hold shares); after SIGTERM, Redis
+// counts exactly the hits allowed (every one sent in a sync). The burst
+// ends within a second, and denials end a client's calls fast, so a share
+// granted to an instance whose clients are done stays unused until its
+// hold ends: the burst may admit fewer than 300 (the docs say so), and
+// TestApproximateReachesTheLimit checks that continued demand gets them.
 func TestApproximateAcrossInstances(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	cfg := filepath.Join(t.TempDir(), "approx.yaml")
@@ -71,8 +75,8 @@ func TestApproximateAcrossInstances(t *testing.T) {
 		if errs > 0 {
 			t.Fatalf("%s: %d calls failed", key, errs)
 		}
-		if n > approxBound || n < 270 {
-			t.Fatalf("%s: %d allowed across 3 instances, want 270 to %d", key, n, approxBound)
+		if n > approxBound || n == 0 {
+			t.Fatalf("%s: %d allowed across 3 instances, want 1 to %d", key, n, approxBound)
 		}
 		ok[i] = n
 	}
@@ -94,6 +98,45 @@ func TestApproximateAcrossInstances(t *testing.T) {
 		}
 	}
 	t.Logf("allowed: fixed window %d, sliding window counter %d; %v requests decided locally", ok[0], ok[1], local)
+}
+
+// TestApproximateReachesTheLimit: the same three instances and limit under
+// continued demand (60 clients calling until told to stop): the shares
+// that instances hold unused run out with their hold, so the limit is
+// reached (at least 295 of 300 counted in Redis, polled) and never passed
+// beyond the bound; after SIGTERM Redis counts exactly the hits allowed.
+func TestApproximateReachesTheLimit(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	cfg := filepath.Join(t.TempDir(), "approx.yaml")
+	writeFile(t, cfg, approxYAML)
+	procs := startInstances(t, 3, cfg, "--redis-url", srv.URL())
+	stop := make(chan struct{})
+	var ok, errs int64
+	done := make(chan struct{})
+	go func() {
+		ok, errs = leaseHammerKey(procs, 60, 1_000_000, 2*time.Second, "user", "sustained", stop)
+		close(done)
+	}()
+	testutil.WaitEvery(t, procPoll, 30*time.Second, "295 of the 300 counted in Redis", func() bool {
+		return redisCounts(t, srv, "sustained") >= 295
+	})
+	close(stop)
+	<-done
+	if errs > 0 {
+		t.Fatalf("%d calls failed", errs)
+	}
+	if ok > approxBound {
+		t.Fatalf("%d allowed across 3 instances, want at most %d", ok, approxBound)
+	}
+	for _, p := range procs {
+		if code := p.stop(t); code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+	}
+	if n := redisCounts(t, srv, "sustained"); n != float64(ok) {
+		t.Fatalf("after SIGTERM Redis counts %v hits, want the %d allowed", n, ok)
+	}
+	t.Logf("allowed: %d", ok)
 }
 
 // TestApproximateRedisFrozen: Redis frozen (SIGSTOP) for a second while
