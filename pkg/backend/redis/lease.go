@@ -265,21 +265,49 @@ func (p *leasePath) observe(it *backend.Item, d *algorithms.Decision) {
 	e.mu.Lock()
 	if e.limit == it.Limit {
 		e.left = d.Remaining
+		if e.avail == 0 && d.Allowed {
+			// A strict decision told what remains: when plenty does, a
+			// cold key's minimum chunk is asked for now.
+			if now := p.now(); p.chunk(e, now) >= 2 {
+				p.ask(e, now)
+			}
+		}
 	}
 	e.mu.Unlock()
 }
 
 // Rates: a key's demand is measured over at least rateSpan µs, and a cold
-// key's chunk covers at most coldSpan µs of it.
+// key's chunk covers at most coldSpan µs of it, unless plenty remains:
+// at least plenty × active instances × the chunk.
 const (
 	rateSpan = 10_000
 	coldSpan = 10_000_000
+	plenty   = 1000
+	// plentySpan is how many horizons of demand a chunk covers when
+	// plenty remains.
+	plentySpan = 100
 )
+
+// plentyFor reports whether what remained on e at its last decision or
+// grant (e.mu held) is plenty beside n hits held by each instance: then a
+// cold key gets a chunk of minChunk anyway, and a chunk of window
+// algorithms is kept while the key is idle, until its window ends. Those
+// hits may be stranded: at most n per instance, no more than 1/plenty of
+// what remains.
+func (p *leasePath) plentyFor(e *lease, n uint64) bool {
+	if e.limit.Algorithm.HasBurst() {
+		return false
+	}
+	inst := uint64(max(p.instances.Load(), 1))
+	return e.left/plenty/inst >= n
+}
 
 // chunk returns the chunk e wants now (e.mu held): about horizon of its
 // demand, at least minChunk, but no more than it would use in coldSpan or
 // before its window ends, so that a cold key asks for none (less than 2)
-// rather than for hits it would strand.
+// rather than for hits it would strand. When plenty remains (plentyFor)
+// it is about plentySpan horizons of its demand, and at least minChunk
+// however cold the key: fewer reservations for what may be stranded.
 func (p *leasePath) chunk(e *lease, now int64) uint64 {
 	rate := max(e.rate, float64(e.demand)/float64(max(now-e.since, coldSpan)))
 	span := int64(coldSpan)
@@ -287,6 +315,9 @@ func (p *leasePath) chunk(e *lease, now int64) uint64 {
 		span = p.hold / 2 // a bucket's tokens are held that long
 	} else if w := e.limit.Window.Microseconds(); w > 0 {
 		span = min(span, w-now%w) // the local clock's idea of the window's end
+	}
+	if t := uint64(max(min(rate*plentySpan*p.horizon, rate*float64(span)), float64(p.minChunk))); t >= 2 && p.plentyFor(e, t) {
+		return min(t, e.limit.Capacity())
 	}
 	t := min(max(rate*p.horizon, float64(p.minChunk)), rate*float64(span))
 	if t < 2 {
@@ -567,7 +598,7 @@ func (p *leasePath) sweeper() {
 			switch {
 			case e.avail > 0 && now >= e.expires:
 				p.expire(e)
-			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e):
+			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e) && !p.plentyFor(e, e.avail):
 				p.giveBack(e)
 			case e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan):
 				idle = append(idle, e)
