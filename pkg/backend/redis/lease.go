@@ -41,7 +41,10 @@ import (
 // The chunk wanted is about LeaseHorizon of the instance's own demand on
 // the key (at least LeaseMinChunk), never more than the script's fair part
 // of what remains, left / (2 × active instances), and nothing below 2: the
-// last hits of a window are decided strict, exactly. Items with usage
+// last hits of a window are decided strict, exactly. While plenty remains
+// (plentyFor) a window algorithm's chunk covers plentySpan horizons, at
+// least LeaseMinChunk however cold the key, and is kept while the key is
+// idle: at most 1/plenty of what remains is stranded. Items with usage
 // accounting (Item.Account with hits) are charged strict, as they come; a
 // key's first decision on an instance is strict; so is an item whose chunk
 // does not hold its hits (a refill is then on its way).
