@@ -277,7 +277,8 @@ func (r *Store) flushLoop() {
 // into debt; a full sliding window log keeps no more than its limit).
 //
 // Write-backs are sent only once Redis answers a PING, and no node is down
-// (see health): a write-back sent to
+// (see health; at Close, whose watcher has stopped, the PING alone): a
+// write-back sent to
 // a frozen server times out but may run when the server resumes, and sending
 // it again at every flush of an outage would charge it many times. On an
 // error the items wait for the next flush; when the error leaves open
@@ -290,7 +291,9 @@ func (r *Store) flushLoop() {
 // pipeline itself (the flush loop's pipeline is bounded by the client's
 // timeouts alone, like every pipeline: see run).
 func (r *Store) flush(ctx, sendCtx context.Context) bool {
-	if r.wb.pending() == 0 || (r.health != nil && r.health.down.Load() > 0) || !r.answers(ctx) {
+	// Once the store is closing the watcher has stopped and a node down
+	// stays marked down: the PING alone then says whether Redis answers.
+	if r.wb.pending() == 0 || (r.health != nil && r.health.down.Load() > 0 && !r.closed.Load()) || !r.answers(ctx) {
 		return false
 	}
 	// A pipeline slot like any other, so the connections stay within the

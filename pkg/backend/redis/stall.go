@@ -116,6 +116,8 @@ type nodeHealth struct {
 	refused  atomic.Int64 // h.now() when a call was last refused for it
 	suspect  atomic.Bool  // a pipeline failed on its connection
 	probing  atomic.Bool
+	// cause is why the probe that found it down failed (an error).
+	cause atomic.Pointer[error]
 
 	// The watchdog's own.
 	warm      bool // its probe's connection was opened once
@@ -244,7 +246,17 @@ func (n *nodeHealth) downErr() error {
 	if n.addr != "" {
 		where = "redis node " + n.addr
 	}
-	return fmt.Errorf("%w: %s sent no reply for %v and failed a PING; calls answer by the failure mode until it answers again", ErrNodeDown, where, n.h.stall)
+	var cause error
+	if p := n.cause.Load(); p != nil {
+		cause = *p
+	}
+	var ne net.Error
+	if cause == nil || errors.Is(cause, context.DeadlineExceeded) || (errors.As(cause, &ne) && ne.Timeout()) {
+		return fmt.Errorf("%w: %s: PING timed out, no reply for %v; calls answer by the failure mode until it answers again", ErrNodeDown, where, n.h.stall)
+	}
+	// The probe's error is wrapped (a refused or reset connection), so
+	// that it is named where errors are classified, as before the check.
+	return fmt.Errorf("%w: %s: PING failed: %w; calls answer by the failure mode until it answers again", ErrNodeDown, where, cause)
 }
 
 // noteRoundTrip records the duration of a successful round trip.
@@ -434,6 +446,7 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 		}
 		n.mu.Unlock()
 		_ = p.Close()
+		n.cause.Store(&err)
 		if n.down.CompareAndSwap(false, true) {
 			n.downAt = time.Now()
 			n.refused.Store(h.now())
