@@ -2,9 +2,7 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -136,23 +134,16 @@ func (r *Store) newApproximate(opts Options) (localPath, error) {
 	if opts.ApproximateSyncInterval < 0 {
 		return nil, errors.New("redis: approximate sync interval must not be negative")
 	}
-	var id [8]byte
-	_, _ = rand.Read(id[:])
+	id, timeout, clock := r.localBasics(opts)
 	p := &approxPath{
-		r: r, id: hex.EncodeToString(id[:]), interval: opts.ApproximateSyncInterval,
-		maxKeys: DefaultApproximateKeys, clock: r.clock, timeout: 2 * DefaultIOTimeout,
+		r: r, id: id, interval: opts.ApproximateSyncInterval,
+		maxKeys: DefaultApproximateKeys, clock: clock, timeout: timeout,
 		m: map[string]*approxKey{}, kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	if p.interval == 0 {
 		p.interval = DefaultApproximateSyncInterval
 	}
 	p.hold = max(approxHold, 10*p.interval).Microseconds()
-	if opts.ReadTimeout > 0 {
-		p.timeout = 2 * opts.ReadTimeout
-	}
-	if p.clock == nil {
-		p.clock = backend.MonotonicClock()
-	}
 	p.wg.Add(1)
 	go p.syncer()
 	return p, nil

@@ -335,7 +335,7 @@ func (r *Store) send(ctx context.Context, live []*call, buf *scriptCall) (failed
 				g := &c.groups[i]
 				k := g.slot
 				if g.refund {
-					k += 16384
+					k += clusterSlots
 				}
 				sc := bySlot[k]
 				if sc == nil {

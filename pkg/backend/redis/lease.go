@@ -124,15 +124,14 @@ func (r *Store) newLease(opts Options) (localPath, error) {
 	if opts.LeaseHorizon < 0 || opts.LeaseIdle < 0 || opts.LeaseKeys < 0 {
 		return nil, errors.New("redis: lease horizon, idle time and keys must not be negative")
 	}
-	var id [8]byte
-	_, _ = rand.Read(id[:])
+	id, timeout, clock := r.localBasics(opts)
 	p := &leasePath{
-		r: r, id: hex.EncodeToString(id[:]),
+		r: r, id: id,
 		horizon: float64(opts.LeaseHorizon.Microseconds()), minChunk: opts.LeaseMinChunk,
 		idle: opts.LeaseIdle.Microseconds(), maxKeys: opts.LeaseKeys,
 		m: map[string]*lease{}, work: make(chan leaseCall, 4096), stop: make(chan struct{}),
-		timeout: 2 * DefaultIOTimeout,
-		clock:   r.clock,
+		timeout: timeout,
+		clock:   clock,
 	}
 	if p.horizon == 0 {
 		p.horizon = float64(DefaultLeaseHorizon.Microseconds())
@@ -147,17 +146,28 @@ func (r *Store) newLease(opts Options) (localPath, error) {
 	if p.maxKeys == 0 {
 		p.maxKeys = DefaultLeaseKeys
 	}
-	if opts.ReadTimeout > 0 {
-		p.timeout = 2 * opts.ReadTimeout
-	}
-	if p.clock == nil {
-		p.clock = backend.MonotonicClock()
-	}
 	p.wg.Add(3)
 	go p.refiller()
 	go p.refiller()
 	go p.sweeper()
 	return p, nil
+}
+
+// localBasics returns what a local path (lease, approximate) starts
+// with: this instance's id in Redis (random), the bound of its own calls
+// (twice the read timeout) and its clock.
+func (r *Store) localBasics(opts Options) (id string, timeout time.Duration, clock backend.Clock) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	timeout = 2 * DefaultIOTimeout
+	if opts.ReadTimeout > 0 {
+		timeout = 2 * opts.ReadTimeout
+	}
+	clock = r.clock
+	if clock == nil {
+		clock = backend.MonotonicClock()
+	}
+	return hex.EncodeToString(b[:]), timeout, clock
 }
 
 func (p *leasePath) now() int64 { return p.clock.Now().UnixMicro() }

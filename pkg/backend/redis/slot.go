@@ -33,6 +33,9 @@ func redisKey(prefix string, it *backend.Item) string {
 	return b.String()
 }
 
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
 // slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
 // (the bytes between the first '{' and the next '}', if not empty) or of
 // the whole key, modulo 16384.
@@ -42,7 +45,7 @@ func slot(key string) int {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	return int(crc16(key) % 16384)
+	return int(crc16(key) % clusterSlots)
 }
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the hash of
