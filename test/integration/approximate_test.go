@@ -1,19 +1,11 @@
 package integration
 
 import (
-	"context"
 	bin "encoding/binary"
 	"math"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/envoyrls/envoy-rls/internal/redistest"
 	"github.com/envoyrls/envoy-rls/internal/testutil"
@@ -199,53 +191,18 @@ descriptors:
 		}
 		return n
 	}
-	var phase atomic.Int32 // 0 before the kill, 1 while down, 2 after the restart
-	var ok [3]atomic.Int64
-	var late atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 30 {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			client := procs[c%len(procs)].client()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				r, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-					Domain: "lease", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("user", "killed")},
-				})
-				cancel()
-				switch {
-				case status.Code(err) == codes.DeadlineExceeded:
-					late.Add(1)
-				case err == nil && r.OverallCode == rlsv3.RateLimitResponse_OK:
-					ok[phase.Load()].Add(1)
-				}
-			}
-		}(c)
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
+	ld := startPhasedLoad(t, procs, 30, "killed")
 	testutil.WaitEvery(t, procPoll, 20*time.Second, "local decisions", func() bool { return local() > 100 })
-	phase.Store(1)
+	ld.phase.Store(1)
 	srv.Stop()
 	down := local()
 	testutil.WaitEvery(t, procPoll, 20*time.Second, "calls decided locally while Redis is down", func() bool { return local() > down })
 	srv.Restart()
-	phase.Store(2)
+	ld.phase.Store(2)
 	back := local()
 	testutil.WaitEvery(t, procPoll, 30*time.Second, "local decisions after the restart", func() bool { return local() > back+100 })
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{})
-	if n := late.Load(); n > 0 {
+	ld.halt()
+	if n := ld.late.Load(); n > 0 {
 		t.Errorf("%d calls were not answered within their 2 s deadline", n)
 	}
 	for _, p := range procs {
@@ -253,9 +210,9 @@ descriptors:
 	}
 	// The new Redis counts what was allowed while it was down and after
 	// (and some hits of before the kill that were not synced yet).
-	after := ok[1].Load() + ok[2].Load()
-	if n := redisCounts(t, srv, "user"); n < float64(after) || n > float64(after+ok[0].Load()) {
-		t.Fatalf("after the restart and SIGTERM Redis counts %v hits, want between the %d allowed since the kill and %d", n, after, after+ok[0].Load())
+	after := ld.ok[1].Load() + ld.ok[2].Load()
+	if n := redisCounts(t, srv, "user"); n < float64(after) || n > float64(after+ld.ok[0].Load()) {
+		t.Fatalf("after the restart and SIGTERM Redis counts %v hits, want between the %d allowed since the kill and %d", n, after, after+ld.ok[0].Load())
 	}
-	t.Logf("allowed %d before, %d while down, %d after", ok[0].Load(), ok[1].Load(), ok[2].Load())
+	t.Logf("allowed %d before, %d while down, %d after", ld.ok[0].Load(), ld.ok[1].Load(), ld.ok[2].Load())
 }

@@ -189,53 +189,18 @@ descriptors:
 		}
 		return n
 	}
-	var phase atomic.Int32 // 0 before the kill, 1 while down, 2 after the restart
-	var ok [3]atomic.Int64
-	var late atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 30 {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			client := procs[c%len(procs)].client()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				r, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-					Domain: "lease", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("user", "killed")},
-				})
-				cancel()
-				switch {
-				case status.Code(err) == codes.DeadlineExceeded:
-					late.Add(1)
-				case err == nil && r.OverallCode == rlsv3.RateLimitResponse_OK:
-					ok[phase.Load()].Add(1) // by when it was answered
-				}
-			}
-		}(c)
-	}
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
+	ld := startPhasedLoad(t, procs, 30, "killed")
 	testutil.WaitEvery(t, procPoll, 20*time.Second, "chunk decisions", func() bool { return chunks() > 100 })
-	phase.Store(1)
+	ld.phase.Store(1)
 	srv.Stop()
 	down := chunks()
-	testutil.WaitEvery(t, procPoll, 20*time.Second, "calls answered while Redis is down", func() bool { return ok[1].Load() > 0 || chunks() > down })
+	testutil.WaitEvery(t, procPoll, 20*time.Second, "calls answered while Redis is down", func() bool { return ld.ok[1].Load() > 0 || chunks() > down })
 	srv.Restart()
-	phase.Store(2)
+	ld.phase.Store(2)
 	back := chunks()
 	testutil.WaitEvery(t, procPoll, 30*time.Second, "chunks again after the restart", func() bool { return chunks() > back+100 })
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{})
-	if n := late.Load(); n > 0 {
+	ld.halt()
+	if n := ld.late.Load(); n > 0 {
 		t.Errorf("%d calls were not answered within their 2 s deadline", n)
 	}
 	for _, p := range procs {
@@ -244,9 +209,59 @@ descriptors:
 	// The new Redis may have decided calls answered before phase 2 began
 	// (after Restart returned): the bound counts every call answered since
 	// the kill.
-	since := ok[1].Load() + ok[2].Load()
+	since := ld.ok[1].Load() + ld.ok[2].Load()
 	if n := redisCount(t, srv); n == 0 || n > float64(since) {
 		t.Fatalf("after the restart and SIGTERM Redis counts %v hits, want some and no more than the %d allowed since the kill", n, since)
 	}
-	t.Logf("allowed %d before, %d while down, %d after", ok[0].Load(), ok[1].Load(), ok[2].Load())
+	t.Logf("allowed %d before, %d while down, %d after", ld.ok[0].Load(), ld.ok[1].Load(), ld.ok[2].Load())
+}
+
+// phasedLoad is clients calling user=value on instances with 2 s deadlines
+// until halted, counting the OK answers by the phase current when each was
+// answered (the test sets phase: e.g. 0 before a kill, 1 while Redis is
+// down, 2 after its restart) and the calls past their deadline.
+type phasedLoad struct {
+	phase atomic.Int32
+	ok    [3]atomic.Int64
+	late  atomic.Int64
+	stop  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+}
+
+func startPhasedLoad(t *testing.T, procs []*proc, clients int, value string) *phasedLoad {
+	ld := &phasedLoad{stop: make(chan struct{})}
+	for c := range clients {
+		ld.wg.Add(1)
+		go func(c int) {
+			defer ld.wg.Done()
+			client := procs[c%len(procs)].client()
+			for {
+				select {
+				case <-ld.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				r, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+					Domain: "lease", Descriptors: []*commonv3.RateLimitDescriptor{descriptor("user", value)},
+				})
+				cancel()
+				switch {
+				case status.Code(err) == codes.DeadlineExceeded:
+					ld.late.Add(1)
+				case err == nil && r.OverallCode == rlsv3.RateLimitResponse_OK:
+					ld.ok[ld.phase.Load()].Add(1) // by when it was answered
+				}
+			}
+		}(c)
+	}
+	t.Cleanup(ld.halt)
+	return ld
+}
+
+// halt stops the clients and waits for them; it may be called again.
+func (ld *phasedLoad) halt() {
+	ld.once.Do(func() { close(ld.stop) })
+	ld.wg.Wait()
 }
