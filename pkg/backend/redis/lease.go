@@ -42,9 +42,9 @@ import (
 // the key (at least LeaseMinChunk), never more than the script's fair part
 // of what remains, left / (2 × active instances), and nothing below 2: the
 // last hits of a window are decided strict, exactly. While plenty remains
-// (plentyFor) a window algorithm's chunk covers plentySpan horizons, at
-// least LeaseMinChunk however cold the key, and is kept while the key is
-// idle: at most 1/plenty of what remains is stranded. Items with usage
+// (plentyFor) a window algorithm's chunk covers its demand until the
+// window ends, at least LeaseMinChunk however cold the key, and is kept
+// while the key is idle: at most 1/plenty of what remains is stranded. Items with usage
 // accounting (Item.Account with hits) are charged strict, as they come; a
 // key's first decision on an instance is strict; so is an item whose chunk
 // does not hold its hits (a refill is then on its way).
@@ -296,9 +296,6 @@ const (
 	rateSpan = 10_000
 	coldSpan = 10_000_000
 	plenty   = 1000
-	// plentySpan is how many horizons of demand a chunk covers when
-	// plenty remains.
-	plentySpan = 100
 )
 
 // plentyFor reports whether what remained on e at its last decision or
@@ -319,18 +316,24 @@ func (p *leasePath) plentyFor(e *lease, n uint64) bool {
 // demand, at least minChunk, but no more than it would use in coldSpan or
 // before its window ends, so that a cold key asks for none (less than 2)
 // rather than for hits it would strand. When plenty remains (plentyFor)
-// it is about plentySpan horizons of its demand, and at least minChunk
-// however cold the key: fewer reservations for what may be stranded.
+// it is the demand until the window ends, at least minChunk however cold
+// the key: fewer reservations for what may be stranded.
 func (p *leasePath) chunk(e *lease, now int64) uint64 {
 	rate := max(e.rate, float64(e.demand)/float64(max(now-e.since, coldSpan)))
 	span := int64(coldSpan)
+	end := int64(-1) // µs to the window's end, for window algorithms
 	if e.limit.Algorithm.HasBurst() {
 		span = p.hold / 2 // a bucket's tokens are held that long
 	} else if w := e.limit.Window.Microseconds(); w > 0 {
-		span = min(span, w-now%w) // the local clock's idea of the window's end
+		end = w - now%w // the local clock's idea of the window's end
+		span = min(span, end)
 	}
-	if t := uint64(max(min(rate*plentySpan*p.horizon, rate*float64(span)), float64(p.minChunk))); t >= 2 && p.plentyFor(e, t) {
-		return min(t, e.limit.Capacity())
+	if end > 0 {
+		// Plenty remains: the demand until the window ends, at least
+		// minChunk.
+		if t := uint64(max(rate*float64(end), float64(p.minChunk))); t >= 2 && p.plentyFor(e, t) {
+			return min(t, e.limit.Capacity())
+		}
 	}
 	t := min(max(rate*p.horizon, float64(p.minChunk)), rate*float64(span))
 	if t < 2 {
