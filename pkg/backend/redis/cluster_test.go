@@ -30,6 +30,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("MatchesMemory", func(t *testing.T) { testClusterMatchesMemory(t, cl) })
 	t.Run("MatchesSplitModel", func(t *testing.T) { testClusterMatchesSplitModel(t, cl) })
 	t.Run("LeaseNeverExceeds", func(t *testing.T) { testLeaseNeverExceeds(t, redis.Options{ClusterAddrs: cl.Addrs()}) })
+	t.Run("LeaseBatch", func(t *testing.T) { testLeaseBatch(t, redis.Options{ClusterAddrs: cl.Addrs()}, cl.Client(t), cl.Nodes) })
 	// Last: it freezes a node.
 	t.Run("FrozenMasterChargesOnce", func(t *testing.T) { testClusterFrozenMasterChargesOnce(t, cl) })
 }

@@ -90,6 +90,7 @@ type leasePath struct {
 	active    atomic.Bool  // a lease item was seen: heartbeat runs
 
 	work    chan leaseCall // refills (op opReserve, n set by want) and returns
+	perCall int            // keys per call of lease.lua (leaseBatchKeys; 1 in tests that compare)
 	timeout time.Duration  // of a pipeline of lease calls
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -132,6 +133,7 @@ func (r *Store) newLease(opts Options) (localPath, error) {
 		m: map[string]*lease{}, work: make(chan leaseCall, 4096), stop: make(chan struct{}),
 		timeout: timeout,
 		clock:   clock,
+		perCall: leaseBatchKeys,
 	}
 	if p.horizon == 0 {
 		p.horizon = float64(DefaultLeaseHorizon.Microseconds())
@@ -393,7 +395,7 @@ func (p *leasePath) queueReturn(c leaseCall) {
 	}
 }
 
-// leaseCall is one call of lease.lua.
+// leaseCall is one key's reserve or return, a part of a call of lease.lua.
 type leaseCall struct {
 	e     *lease
 	op    int
@@ -403,8 +405,11 @@ type leaseCall struct {
 	limit algorithms.Limit
 	gen   uint64
 	sent  int64 // local µs before sending
-	cmd   *goredis.Cmd
 }
+
+// leaseBatchKeys is the most keys of one call of lease.lua: a call costs
+// Redis about 30 µs besides its keys' work, so a batch's keys share calls.
+const leaseBatchKeys = 128
 
 // refiller sends the refills asked for, many keys per pipeline.
 func (p *leasePath) refiller() {
@@ -469,24 +474,30 @@ func (p *leasePath) want(batch []leaseCall, c leaseCall) []leaseCall {
 	return append(batch, c)
 }
 
-// send runs calls of lease.lua in one pipeline, outside the degraded mode
-// (they are not decisions: a failed reservation leaves the key strict, a
-// failed return leaves the hits charged), and applies their replies.
+// send runs the reserves and returns of calls in calls of lease.lua of up
+// to leaseBatchKeys keys each (on a Cluster, of one slot each), all in one
+// pipeline, outside the degraded mode (they are not decisions: a failed
+// reservation leaves the key strict, a failed return leaves the hits
+// charged), and applies each key's reply.
 func (p *leasePath) send(ctx context.Context, calls []leaseCall) {
-	pipe := p.r.client.Pipeline()
+	groups := leaseGroups(calls, p.r.cluster, max(p.perCall, 1))
 	inst := max(p.instances.Load(), 1)
 	var nowArg int64 = -1
 	if p.r.clock != nil {
 		nowArg = p.r.clock.Now().UnixMicro()
 	}
-	for i := range calls {
-		c := &calls[i]
-		c.cmd = leaseScript.EvalSha(ctx, pipe, leaseKeys(c), p.leaseArgs(c, nowArg, inst)...)
+	keys := make([][]string, len(groups))
+	args := make([][]any, len(groups))
+	cmds := make([]*goredis.Cmd, len(groups))
+	pipe := p.r.client.Pipeline()
+	for i, g := range groups {
+		keys[i], args[i] = p.leaseKeys(calls, g), p.leaseArgs(calls, g, nowArg, inst)
+		cmds[i] = leaseScript.EvalSha(ctx, pipe, keys[i], args[i]...)
 	}
 	_, _ = pipe.Exec(ctx)
 	var again []int
-	for i := range calls {
-		if err := calls[i].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	for i := range cmds {
+		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}
@@ -494,40 +505,95 @@ func (p *leasePath) send(ctx context.Context, calls []leaseCall) {
 		// Not run: sent again with the script's source.
 		pipe := p.r.client.Pipeline()
 		for _, i := range again {
-			c := &calls[i]
-			c.cmd = leaseScript.Eval(ctx, pipe, leaseKeys(c), p.leaseArgs(c, nowArg, inst)...)
+			cmds[i] = leaseScript.Eval(ctx, pipe, keys[i], args[i]...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	for i := range calls {
-		p.apply(&calls[i])
+	for i, g := range groups {
+		v, err := cmds[i].Int64Slice()
+		if err == nil && len(v) != 5*len(g) {
+			err = fmt.Errorf("redis: lease reply of %d values for %d keys", len(v), len(g))
+		}
+		for j, ci := range g {
+			if err != nil {
+				p.apply(&calls[ci], nil, err)
+			} else if r := v[5*j : 5*j+5]; r[0] < 0 {
+				p.apply(&calls[ci], nil, errLeaseKey)
+			} else {
+				p.apply(&calls[ci], r, nil)
+			}
+		}
 	}
 }
 
-func (p *leasePath) leaseArgs(c *leaseCall, now, inst int64) []any {
-	w := max(c.limit.Window.Microseconds(), 1)
-	args := []any{c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, now, inst}
-	if c.limit.Algorithm.HasBurst() {
-		args = append(args, c.used, p.id, p.hold)
+// errLeaseKey is the error of a key whose commands failed in a call of
+// lease.lua that served the others (its reply's first value is -1).
+var errLeaseKey = errors.New("redis: lease call failed on its key")
+
+// leaseGroups splits calls into the calls of lease.lua, as indices into
+// calls in their order: at most per each, and on a Cluster of
+// one slot each (a script's keys must share a slot), slots in order of
+// first appearance. Calls on one key stay in order, in one group or in
+// groups that follow each other.
+func leaseGroups(calls []leaseCall, cluster bool, per int) [][]int {
+	var groups [][]int
+	if !cluster {
+		for i := 0; i < len(calls); i += per {
+			g := make([]int, 0, min(per, len(calls)-i))
+			for j := i; j < min(i+per, len(calls)); j++ {
+				g = append(g, j)
+			}
+			groups = append(groups, g)
+		}
+		return groups
+	}
+	open := map[int]int{} // slot: its group being filled, in groups
+	for i := range calls {
+		s := slot(calls[i].e.key)
+		gi, ok := open[s]
+		if !ok || len(groups[gi]) == per {
+			gi = len(groups)
+			open[s] = gi
+			groups = append(groups, nil)
+		}
+		groups[gi] = append(groups[gi], i)
+	}
+	return groups
+}
+
+// leaseArgs are a call's ARGV: now, instances, this instance, hold and the
+// number of keys, then 8 fields per key (see lua/lease.lua).
+func (p *leasePath) leaseArgs(calls []leaseCall, g []int, now, inst int64) []any {
+	args := make([]any, 0, 5+8*len(g))
+	args = append(args, now, inst, p.id, p.hold, len(g))
+	for _, i := range g {
+		c := &calls[i]
+		w := max(c.limit.Window.Microseconds(), 1)
+		var used uint64
+		if c.limit.Algorithm.HasBurst() {
+			used = c.used
+		}
+		args = append(args, c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, used)
 	}
 	return args
 }
 
-// leaseKeys are a call's KEYS: the state, and for a bucket the hash of the
-// instances' parts (in the same slot: the key has a hash tag).
-func leaseKeys(c *leaseCall) []string {
-	if c.limit.Algorithm.HasBurst() {
-		return []string{c.e.key, c.e.key + ":lease"}
+// leaseKeys are a call's KEYS: per key its state, and for a bucket the
+// hash of the instances' parts (in the same slot: the key has a hash tag).
+func (p *leasePath) leaseKeys(calls []leaseCall, g []int) []string {
+	keys := make([]string, 0, 2*len(g))
+	for _, i := range g {
+		c := &calls[i]
+		keys = append(keys, c.e.key)
+		if c.limit.Algorithm.HasBurst() {
+			keys = append(keys, c.e.key+":lease")
+		}
 	}
-	return []string{c.e.key}
+	return keys
 }
 
-// apply applies the reply of a lease call to its key.
-func (p *leasePath) apply(c *leaseCall) {
-	v, err := c.cmd.Int64Slice()
-	if err == nil && len(v) != 5 {
-		err = fmt.Errorf("redis: lease reply of %d values", len(v))
-	}
+// apply applies a key's reply v (5 values) or its error to the key.
+func (p *leasePath) apply(c *leaseCall, v []int64, err error) {
 	e := c.e
 	if c.op == opReturn {
 		if err == nil {

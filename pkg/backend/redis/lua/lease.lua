@@ -1,12 +1,16 @@
--- lease.lua: the chunks of consistency lease (see lease.go), one key per
--- call, in the state formats of state.lua (which it does not include: it
--- reads and writes fixed_window, sliding_window_counter, token_bucket and
--- gcra states only).
+-- lease.lua: the chunks of consistency lease (see lease.go), many keys per
+-- call (on a Cluster, keys of one slot), in the state formats of state.lua
+-- (which it does not include: it reads and writes fixed_window,
+-- sliding_window_counter, token_bucket and gcra states only).
 --
--- KEYS[1]: the state key (KEYS[2]: see token_bucket below). ARGV: op (1 reserve, 2 return), algorithm,
--- requests, window (µs), capacity, n (hits wanted, or unused to return),
--- cs (return: the window start the chunk was granted in), now (µs, or -1
--- for Redis's TIME), instances (active on the limit, at least 1).
+-- ARGV: now (µs, or -1 for Redis's TIME, read once per call), instances
+-- (active on the limit, at least 1), the instance (id), hold (µs a bucket's
+-- grant holds its tokens), the number of keys; then 8 fields per key: op (1
+-- reserve, 2 return), algorithm, requests, window (µs), capacity, n (hits
+-- wanted, or unused to return), cs (return: the window start the chunk was
+-- granted in), used (a bucket's, see below; 0 otherwise). KEYS: per key,
+-- in order, its state key, and for token_bucket and gcra the hash beside
+-- it (see below).
 --
 -- Reserve grants g = min(n, floor(left / (2 * instances))) hits, where left
 -- is what the limit allows right now, and charges them as hits: the
@@ -19,15 +23,19 @@
 -- window's count is taken down only in that window, or as the previous
 -- window of a sliding counter; a bucket's held tokens go back while they
 -- are held). Reply: {hits given back, 0, 0, 0, now}.
+--
+-- The reply of the call is the keys' replies, 5 integers each, in order. A
+-- key whose commands failed (a key of another type, say) replies {-1, 0, 0,
+-- 0, now}, its effects up to the failure kept, as a failed call's are; the
+-- other keys of the call are not affected.
 
 local FIXED, BUCKET, COUNTER, GCRA = 0, 1, 3, 4
 local MAGIC = 240
 local TEST_TTL_SLACK_MS = 3600000
+local FIELDS = 8
 
-local key = KEYS[1]
-local op, alg, req, w, cap, n, cs, now, inst =
-	tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-	tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local now, inst, id, hold, nk =
+	tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local slack = 0
 if now < 0 then
 	local t = redis.call("TIME")
@@ -40,24 +48,11 @@ if inst < 1 then
 end
 local floor, ceil = math.floor, math.ceil
 
-local at, cnt, prev, level = 0, 0, 0, 0
-local v = redis.call("GET", key)
-if v and string.byte(v, 1) == MAGIC + alg then
-	local _
-	if alg == COUNTER and #v == 25 then
-		_, at, cnt, prev = struct.unpack("<Bddd", v)
-	elseif alg == FIXED and #v == 17 then
-		_, at, cnt = struct.unpack("<Bdd", v)
-	elseif (alg == BUCKET or alg == GCRA) and #v == 17 then
-		_, at, level = struct.unpack("<Bdd", v)
-	end
-end
-
--- set writes the state with a TTL of ttl_us rounded up to the millisecond,
+-- set writes a state with a TTL of ttl_us rounded up to the millisecond,
 -- at least 1 ms and saturated at algorithms.Never, as apply.lua's: every
 -- key written has a finite positive TTL, whatever the charge.
 local MAX_TTL_MS = 9223372036854
-local function set(val, ttl_us)
+local function set(key, val, ttl_us)
 	local ms = ceil(ttl_us / 1000)
 	if not (ms >= 1) then
 		ms = 1
@@ -68,7 +63,7 @@ local function set(val, ttl_us)
 	redis.call("SET", key, val, "PX", ms + slack)
 end
 
-local function keep(val)
+local function keep(key, val)
 	if not redis.pcall("SET", key, val, "KEEPTTL").err then
 		return
 	end
@@ -78,7 +73,7 @@ local function keep(val)
 	end
 end
 
-local function grant(left)
+local function grant(left, n)
 	local g = floor(left / (2 * inst))
 	if g > n then
 		g = n
@@ -89,7 +84,7 @@ local function grant(left)
 	return g
 end
 
-if alg == FIXED then
+local function fixed(key, op, alg, req, w, n, cs, at, cnt)
 	local start = now - math.fmod(now, w)
 	if start < at then
 		start = at
@@ -110,7 +105,7 @@ if alg == FIXED then
 		if count == 0 then
 			redis.call("DEL", key)
 		else
-			keep(struct.pack("<Bdd", MAGIC + alg, at, count))
+			keep(key, struct.pack("<Bdd", MAGIC + alg, at, count))
 		end
 		return {back, 0, 0, 0, now}
 	end
@@ -118,15 +113,15 @@ if alg == FIXED then
 	if left < 0 then
 		left = 0
 	end
-	local g = grant(left)
+	local g = grant(left, n)
 	local tte = start + w - now
 	if g > 0 then
-		set(struct.pack("<Bdd", MAGIC + alg, start, count + g), tte)
+		set(key, struct.pack("<Bdd", MAGIC + alg, start, count + g), tte)
 	end
 	return {g, left - g, start, tte, now}
 end
 
-if alg == COUNTER then
+local function counter(key, op, alg, req, w, n, cs, at, cnt, prev)
 	local start = now - math.fmod(now, w)
 	if start < at then
 		start = at
@@ -159,7 +154,7 @@ if alg == COUNTER then
 			redis.call("DEL", key)
 		else
 			-- The state as of window start (at == start keeps its meaning).
-			keep(struct.pack("<Bddd", MAGIC + alg, start, cur, pv))
+			keep(key, struct.pack("<Bddd", MAGIC + alg, start, cur, pv))
 		end
 		return {back, 0, 0, 0, now}
 	end
@@ -172,9 +167,9 @@ if alg == COUNTER then
 	if left < 0 then
 		left = 0
 	end
-	local g = grant(left)
+	local g = grant(left, n)
 	if g > 0 then
-		set(struct.pack("<Bddd", MAGIC + alg, start, cur + g, pv), 2 * w - elapsed)
+		set(key, struct.pack("<Bddd", MAGIC + alg, start, cur + g, pv), 2 * w - elapsed)
 	end
 	return {g, left - g, start, w - elapsed, now}
 end
@@ -182,109 +177,156 @@ end
 -- token_bucket and gcra: debt in token·µs, and the tokens held by chunks,
 -- which do not refill while held (the state's fourth and fifth numbers:
 -- held, and the instant until which they are held; see bucket_base in
--- algorithms.lua). KEYS[2], a hash in the same slot, holds each instance's
+-- algorithms.lua). hkey, a hash in the same slot, holds each instance's
 -- part, "held,until": an instance's part that outlived its until counts as
--- taken (its chunk stopped serving before). ARGV[10]: tokens of this
--- instance's chunk used since it last said (they turn into debt now),
--- ARGV[11]: the instance, ARGV[12]: how long a grant holds (µs).
-local used, id, hold = tonumber(ARGV[10]), ARGV[11], tonumber(ARGV[12])
-local rate = req
-local held, until_ = 0, 0
-if #v == 33 and string.byte(v, 1) == MAGIC + alg then
-	local _
-	_, at, level, held, until_ = struct.unpack("<Bdddd", v)
-end
-if held > 0 and now >= until_ then
-	-- Every part is past its time: all held tokens count as taken then.
-	if until_ > at then
-		level = level - (until_ - at) * rate
-		if level < 0 then
-			level = 0
-		end
-		at = until_
+-- taken (its chunk stopped serving before). used: tokens of this
+-- instance's chunk used since it last said (they turn into debt now).
+local function bucket(key, hkey, op, alg, req, w, cap, n, used, v, at, level)
+	local now = now
+	local rate = req
+	local held, until_ = 0, 0
+	if #v == 33 and string.byte(v, 1) == MAGIC + alg then
+		local _
+		_, at, level, held, until_ = struct.unpack("<Bdddd", v)
 	end
-	level, held, until_ = level + held * w, 0, 0
-end
-if now < at then
-	now = at
-end
-local debt = level - (now - at) * rate
-if debt < 0 then
-	debt = 0
-end
--- The parts: drop those past their time (taken), find this instance's.
--- The parts mean something only while the state holds tokens (a strict
--- call or this one may have turned them all into debt).
-local mine, parts, live = 0, {}, 0
-if held > 0 then
-	parts = redis.call("HGETALL", KEYS[2])
-else
-	redis.call("DEL", KEYS[2])
-end
-for j = 1, #parts, 2 do
-	local f, h, u = parts[j], string.match(parts[j + 1], "^([^,]+),(.+)$")
-	h, u = tonumber(h), tonumber(u)
-	if f == id then
-		if u > now then
-			mine = h
-		else
+	if held > 0 and now >= until_ then
+		-- Every part is past its time: all held tokens count as taken then.
+		if until_ > at then
+			level = level - (until_ - at) * rate
+			if level < 0 then
+				level = 0
+			end
+			at = until_
+		end
+		level, held, until_ = level + held * w, 0, 0
+	end
+	if now < at then
+		now = at
+	end
+	local debt = level - (now - at) * rate
+	if debt < 0 then
+		debt = 0
+	end
+	-- The parts: drop those past their time (taken), find this instance's.
+	-- The parts mean something only while the state holds tokens (a strict
+	-- call or this one may have turned them all into debt).
+	local mine, parts, live = 0, {}, 0
+	if held > 0 then
+		parts = redis.call("HGETALL", hkey)
+	else
+		redis.call("DEL", hkey)
+	end
+	for j = 1, #parts, 2 do
+		local f, h, u = parts[j], string.match(parts[j + 1], "^([^,]+),(.+)$")
+		h, u = tonumber(h), tonumber(u)
+		if f == id then
+			if u > now then
+				mine = h
+			else
+				debt, held = debt + h * w, held - h
+			end
+			redis.call("HDEL", hkey, f)
+		elseif u <= now then
 			debt, held = debt + h * w, held - h
+			redis.call("HDEL", hkey, f)
+		elseif u > live then
+			live = u
 		end
-		redis.call("HDEL", KEYS[2], f)
-	elseif u <= now then
-		debt, held = debt + h * w, held - h
-		redis.call("HDEL", KEYS[2], f)
-	elseif u > live then
-		live = u
 	end
-end
-if held < 0 then
-	held = 0
-end
--- This instance's used tokens turn into debt now.
-if used > mine then
-	used = mine
-end
-debt, held, mine = debt + used * w, held - used, mine - used
-local g, back, left = 0, 0, 0
-if op == 2 then
-	back = n
-	if back > mine then
-		back = mine
-	end
-	held, mine = held - back, mine - back
 	if held < 0 then
 		held = 0
 	end
-else
-	left = floor((cap * w - debt - held * w) / w)
-	if left < 0 then
-		left = 0
+	-- This instance's used tokens turn into debt now.
+	if used > mine then
+		used = mine
 	end
-	g = grant(left)
-	held, mine = held + g, mine + g
+	debt, held, mine = debt + used * w, held - used, mine - used
+	local g, back, left = 0, 0, 0
+	if op == 2 then
+		back = n
+		if back > mine then
+			back = mine
+		end
+		held, mine = held - back, mine - back
+		if held < 0 then
+			held = 0
+		end
+	else
+		left = floor((cap * w - debt - held * w) / w)
+		if left < 0 then
+			left = 0
+		end
+		g = grant(left, n)
+		held, mine = held + g, mine + g
+	end
+	local mine_until = now + hold
+	if mine > 0 then
+		redis.call("HSET", hkey, id, string.format("%.17g,%.17g", mine, mine_until))
+		if mine_until > live then
+			live = mine_until
+		end
+	end
+	until_ = live
+	if held <= 0 or until_ <= now then
+		held, until_ = 0, 0
+	end
+	if held > 0 then
+		redis.call("PEXPIRE", hkey, ceil((until_ - now) / 1000) + 1 + slack)
+		set(key, struct.pack("<Bdddd", MAGIC + alg, now, debt, held, until_), (until_ - now) + (debt + held * w) / rate)
+	elseif debt > 0 then
+		redis.call("DEL", hkey)
+		set(key, struct.pack("<Bdd", MAGIC + alg, now, debt), debt / rate)
+	else
+		redis.call("DEL", key, hkey)
+	end
+	if op == 2 then
+		return {back, 0, 0, 0, now}
+	end
+	return {g, left - g, now, hold, now}
 end
-local mine_until = now + hold
-if mine > 0 then
-	redis.call("HSET", KEYS[2], id, string.format("%.17g,%.17g", mine, mine_until))
-	if mine_until > live then
-		live = mine_until
+
+-- one runs the reserve or return of the key whose fields start at ARGV[a]
+-- and whose keys at KEYS[k].
+local function one(a, k)
+	local op, alg, req, w, cap, n, cs, used =
+		tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+		tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+	local key = KEYS[k]
+	local at, cnt, prev, level = 0, 0, 0, 0
+	local v = redis.call("GET", key)
+	if v and string.byte(v, 1) == MAGIC + alg then
+		local _
+		if alg == COUNTER and #v == 25 then
+			_, at, cnt, prev = struct.unpack("<Bddd", v)
+		elseif alg == FIXED and #v == 17 then
+			_, at, cnt = struct.unpack("<Bdd", v)
+		elseif (alg == BUCKET or alg == GCRA) and #v == 17 then
+			_, at, level = struct.unpack("<Bdd", v)
+		end
+	end
+	if alg == FIXED then
+		return fixed(key, op, alg, req, w, n, cs, at, cnt)
+	elseif alg == COUNTER then
+		return counter(key, op, alg, req, w, n, cs, at, cnt, prev)
+	end
+	return bucket(key, KEYS[k + 1], op, alg, req, w, cap, n, used, v or "", at, level)
+end
+
+local out, k = {}, 1
+for i = 0, nk - 1 do
+	local a = 6 + FIELDS * i
+	local alg = tonumber(ARGV[a + 1])
+	local ok, r = pcall(one, a, k)
+	if not ok then
+		r = {-1, 0, 0, 0, now}
+	end
+	for j = 1, 5 do
+		out[#out + 1] = r[j]
+	end
+	if alg == BUCKET or alg == GCRA then
+		k = k + 2
+	else
+		k = k + 1
 	end
 end
-until_ = live
-if held <= 0 or until_ <= now then
-	held, until_ = 0, 0
-end
-if held > 0 then
-	redis.call("PEXPIRE", KEYS[2], ceil((until_ - now) / 1000) + 1 + slack)
-	set(struct.pack("<Bdddd", MAGIC + alg, now, debt, held, until_), (until_ - now) + (debt + held * w) / rate)
-elseif debt > 0 then
-	redis.call("DEL", KEYS[2])
-	set(struct.pack("<Bdd", MAGIC + alg, now, debt), debt / rate)
-else
-	redis.call("DEL", KEYS[1], KEYS[2])
-end
-if op == 2 then
-	return {back, 0, 0, 0, now}
-end
-return {g, left - g, now, hold, now}
+return out
