@@ -85,6 +85,7 @@ func registerRedisMetrics(reg prometheus.Registerer, r *redis.Store) {
 		stat(rls.RedisApproximateLostHits, func(s redis.Stats) uint64 { return s.Approximate.LostHits }),
 		stat(rls.RedisApproximateOverAdmitted, func(s redis.Stats) uint64 { return s.Approximate.OverAdmitted }),
 		stat(rls.RedisApproximateStrict, func(s redis.Stats) uint64 { return s.Approximate.Strict }),
+		stat(rls.RedisApproximateChunked, func(s redis.Stats) uint64 { return s.Approximate.Chunked }),
 		stat(rls.RedisDecisions.With("path", "local_fallback"), func(s redis.Stats) uint64 { return s.LocalFallbacks }),
 		stat(rls.RedisDecisions.With("path", "failed"), func(s redis.Stats) uint64 { return s.Errors }),
 		stat(rls.RedisNodeTrips, func(s redis.Stats) uint64 { return s.NodeTrips }),

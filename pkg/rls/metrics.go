@@ -566,7 +566,8 @@ var (
 	RedisApproximateSyncedHits   = StoreMetric{Name: "envoy_rls_redis_approximate_synced_hits_total", Help: "Hits admitted on local counters (consistency approximate) and counted in Redis by a sync."}
 	RedisApproximateLostHits     = StoreMetric{Name: "envoy_rls_redis_approximate_lost_hits_total", Help: "Hits admitted on local counters never counted in Redis: too many syncs unanswered while Redis was away, or Redis away at shutdown."}
 	RedisApproximateOverAdmitted = StoreMetric{Name: "envoy_rls_redis_approximate_over_admitted_hits_total", Help: "Hits over a limit that a sync of consistency approximate found in Redis after counting the hits admitted locally (each counted once, whichever instance saw them)."}
-	RedisApproximateStrict       = StoreMetric{Name: "envoy_rls_redis_approximate_strict_total", Help: "Items of consistency approximate decided strict, in Redis: a key's first decisions on an instance (per window) until its sync answers."}
+	RedisApproximateStrict       = StoreMetric{Name: "envoy_rls_redis_approximate_strict_total", Help: "Items of consistency approximate decided strict, in Redis: a key's first decisions on an instance (per window) until its sync answers or its lease chunk arrives."}
+	RedisApproximateChunked      = StoreMetric{Name: "envoy_rls_redis_approximate_chunked_total", Help: "Items of consistency approximate decided from lease chunks, while plenty remained on their limit (the chunks count in envoy_rls_redis_lease_*)."}
 )
 
 // The Redis store's write-backs: hits allowed without Redis (local

@@ -49,6 +49,14 @@ import (
 //     (the field keeps the last batch counted), so no hit is lost or counted
 //     twice while Redis is away, and usage accounting (Item.Account) is
 //     charged locally and sent the same way;
+//   - while plenty remains on a key (at least plenty × instances × the
+//     lease's minimum chunk after a strict decision), its decisions come
+//     from chunks of consistency lease instead (leasePath.takeFor): one
+//     reservation per window or so rather than a sync per hold, for
+//     however cold a key. lease.lua sees the key's live shares as taken
+//     and approximate.lua counts the chunks as hits, so chunks, shares and
+//     counted hits together still never exceed the limit; once a chunk is
+//     refused or too little remains, the key goes back to shares;
 //   - fixed_window and sliding_window_counter only: other algorithms are
 //     decided strict.
 
@@ -79,6 +87,7 @@ type approxPath struct {
 	maxKeys  int
 	clock    backend.Clock
 	timeout  time.Duration
+	lease    *leasePath // serves keys while plenty remains (nil: never)
 
 	mu sync.RWMutex
 	m  map[string]*approxKey // by Item.Key
@@ -87,7 +96,7 @@ type approxPath struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	syncs, syncErrs, synced, over, lost, strict atomic.Uint64
+	syncs, syncErrs, synced, over, lost, strict, chunked atomic.Uint64
 }
 
 // batch is hits admitted in window cs, numbered seq once sent.
@@ -127,6 +136,9 @@ type approxKey struct {
 	since   int64
 	rate    float64 // hits per µs, at the last sync
 	gone    bool
+	// leased: plenty remained at a strict decision, so chunks of lease
+	// serve the key (before any share) until one is refused.
+	leased bool
 }
 
 // newApproximate returns the local path of consistency approximate.
@@ -179,7 +191,10 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 				return hold{}, false
 			}
 			k := redisKey(p.r.prefix, it)
-			e = &approxKey{id: it.Key, key: k, hkey: k + ":approx", slot: slot(k), limit: it.Limit, lastUse: now, since: now}
+			// leased: a chunk of lease may serve it already (it was
+			// forgotten here while the chunk lives), else takeFor
+			// finds that too little is known and it goes to shares.
+			e = &approxKey{id: it.Key, key: k, hkey: k + ":approx", slot: slot(k), limit: it.Limit, lastUse: now, since: now, leased: p.lease != nil}
 			p.m[it.Key] = e
 		}
 		p.mu.Unlock()
@@ -200,6 +215,21 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 	}
 	if e.valid && now >= e.expires {
 		p.void(e, now)
+	}
+	if e.leased {
+		// Chunks first: a share the key may still hold goes unused (and
+		// lapses in Redis after its hold).
+		h, ok, plenty := p.lease.takeFor(it, d, e.hkey)
+		if ok {
+			p.chunked.Add(1)
+			return h, true
+		}
+		if plenty {
+			// A chunk is on its way: strict meanwhile.
+			p.strict.Add(1)
+			return hold{}, false
+		}
+		e.leased = false // back to shares
 	}
 	if !e.valid {
 		if p.warm(e, now) {
@@ -282,6 +312,10 @@ func (p *approxPath) kickSync() {
 }
 
 func (p *approxPath) settle(it *backend.Item, h hold, commit bool, d *algorithms.Decision) {
+	if _, ok := h.ref.(*lease); ok {
+		p.lease.settle(it, h, commit, d) // taken from a chunk
+		return
+	}
 	if commit || !d.Allowed || it.Account {
 		return // usage accounting stays charged, its Decision as it was
 	}
@@ -302,7 +336,25 @@ func (p *approxPath) settle(it *backend.Item, h hold, commit bool, d *algorithms
 	*d = backend.Report(*d)
 }
 
-func (p *approxPath) observe(it *backend.Item, d *algorithms.Decision) {}
+// observe starts chunks of lease for a key that Redis allowed with plenty
+// remaining, while it has no share.
+func (p *approxPath) observe(it *backend.Item, d *algorithms.Decision) {
+	if p.lease == nil || !d.Allowed || !approximates(&it.Limit) || !p.lease.plentyLeft(d.Remaining) {
+		return
+	}
+	p.mu.RLock()
+	e := p.m[it.Key]
+	p.mu.RUnlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	if !e.leased && !e.gone && e.limit == it.Limit {
+		e.leased = true
+		p.lease.adopt(it, d, e.hkey)
+	}
+	e.mu.Unlock()
+}
 
 // syncer syncs every interval, and sooner when a key asks (at most every
 // interval / 8).
@@ -345,6 +397,8 @@ func (p *approxPath) due(e *approxKey, now int64) bool {
 	switch {
 	case len(e.unacked) > 0:
 		return true
+	case e.leased:
+		return e.cur.n > 0 // chunks serve it
 	case !e.valid:
 		return (e.touched && p.warm(e, now)) || e.cur.n > 0
 	case e.touched && !e.full && 2*e.avail < e.asked:
@@ -630,11 +684,12 @@ type ApproximateStats struct {
 	// whichever instance saw them.
 	OverAdmitted uint64
 	// Strict counts items of consistency approximate decided strict (a
-	// key's first decisions, until its sync answers).
-	Strict uint64
+	// key's first decisions, until its sync answers); Chunked those
+	// decided from chunks of lease while plenty remained.
+	Strict, Chunked uint64
 }
 
 func (p *approxPath) stats() ApproximateStats {
 	return ApproximateStats{Syncs: p.syncs.Load(), SyncErrors: p.syncErrs.Load(), SyncedHits: p.synced.Load(),
-		LostHits: p.lost.Load(), OverAdmitted: p.over.Load(), Strict: p.strict.Load()}
+		LostHits: p.lost.Load(), OverAdmitted: p.over.Load(), Strict: p.strict.Load(), Chunked: p.chunked.Load()}
 }

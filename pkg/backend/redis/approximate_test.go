@@ -39,16 +39,38 @@ func TestApproximateBoundCluster(t *testing.T) {
 // the hits admitted that the model denies are no more than the hits of
 // approximate items that were decided strict (a key's first decisions on
 // an instance, until its sync answers), per fixed window and over the run.
+//
+// It runs twice: as configured, where 60 an hour is never plenty for
+// chunks of lease (no decision comes from one), and with the plenty factor
+// lowered to 2, where keys take chunks of lease while what remains is at
+// least 2 × instances × the chunk and go to shares after: chunks, shares
+// and hits counted must stay within the same bound.
 func testApproximateBound(t *testing.T, opts redis.Options) {
-	for _, alg := range approxAlgorithms {
-		t.Run(alg.String(), func(t *testing.T) {
+	for _, plenty := range []uint64{0, 1} {
+		for _, alg := range approxAlgorithms {
+			name := alg.String()
+			if plenty > 0 {
+				name = "chunks/" + name
+			}
+			t.Run(name, func(t *testing.T) { testApproximateBoundOf(t, opts, alg, plenty) })
+		}
+	}
+}
+
+func testApproximateBoundOf(t *testing.T, opts redis.Options, alg algorithms.Kind, plenty uint64) {
+	{
+		{
 			clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 			o := opts
 			o.KeyPrefix = fmt.Sprintf("approx-%s-%d:", alg, time.Now().UnixNano())
 			o.ApproximateSyncInterval = 5 * time.Millisecond
 			var stores []*redis.Store
 			for range 3 {
-				stores = append(stores, newClockedRedisStore(t, clock, o))
+				s := newClockedRedisStore(t, clock, o)
+				if plenty > 0 {
+					redis.SetLeasePlenty(s, plenty)
+				}
+				stores = append(stores, s)
 			}
 			l := algorithms.Limit{Algorithm: alg, Requests: 60, Window: time.Second}
 			const keys = 3
@@ -58,7 +80,7 @@ func testApproximateBound(t *testing.T, opts redis.Options) {
 				start int64
 			}
 			admittedIn, strictIn := map[win]uint64{}, map[win]uint64{}
-			rng := rand.New(rand.NewPCG(2, uint64(alg)))
+			rng := rand.New(rand.NewPCG(2+plenty, uint64(alg)))
 			var admitted, over, strictHits, local, denied uint64
 			ctx := context.Background()
 			out := make([]algorithms.Decision, 2)
@@ -128,9 +150,14 @@ func testApproximateBound(t *testing.T, opts redis.Options) {
 				st.Syncs += a.Syncs
 				st.SyncErrors += a.SyncErrors
 				st.OverAdmitted += a.OverAdmitted
+				st.Strict += a.Strict
+				st.Chunked += a.Chunked
+			}
+			if (st.Chunked > 0) != (plenty > 0) {
+				t.Errorf("%d requests decided from lease chunks with plenty factor %d", st.Chunked, plenty)
 			}
 			t.Logf("%d hits admitted (%d over the model, %d decided strict), %d requests decided locally, %d denied; stats %+v", admitted, over, strictHits, local, denied, st)
-		})
+		}
 	}
 }
 
@@ -173,7 +200,9 @@ func TestApproximateSyncsCountOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1_000_000, Window: time.Hour}
+	// 7,000 is not plenty for chunks of lease (8,000 for one instance):
+	// shares and syncs decide.
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 7_000, Window: time.Hour}
 	req := []backend.Item{
 		{Key: "hits", Limit: l, Hits: 1, Partition: 3, Consistency: backend.Approximate},
 		{Key: "usage", Limit: l, Hits: 3, Partition: 3, Account: true, Consistency: backend.Approximate},
@@ -279,4 +308,72 @@ func TestApproximateOverLimitStaysLocal(t *testing.T) {
 		_, ok := redisApply(t, r, it)
 		return ok
 	})
+}
+
+// TestApproximateChunksCountExactly: with plenty remaining, approximate
+// keys are decided from chunks of lease, hits and usage accounting alike
+// (a denial elsewhere in the request puts the hits back and keeps the
+// usage); Redis counts, once Close has given the unused hits back, exactly
+// the hits allowed and the usage charged.
+func TestApproximateChunksCountExactly(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	prefix := fmt.Sprintf("chunked-%d:", time.Now().UnixNano())
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 10, 0, 0, time.UTC))
+	r, err := redis.NewWithClock(redis.Options{URL: srv.URL(), KeyPrefix: prefix}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1_000_000, Window: time.Hour}
+	hitsIt := backend.Item{Key: "hits", Limit: l, Hits: 1, Partition: 3, Consistency: backend.Approximate}
+	usageIt := backend.Item{Key: "usage", Limit: l, Hits: 5, Partition: 3, Account: true, Consistency: backend.Approximate}
+	denyIt := backend.Item{Key: "strict-deny", Limit: algorithms.Limit{Requests: 1, Window: time.Hour}, Hits: 1, Partition: 3}
+	var hits, usage, requests uint64
+	step := func() {
+		requests++
+		switch requests % 5 {
+		case 0: // usage charged, the request denied by a strict item (but the first)
+			if _, ok := redisApply(t, r, hitsIt, usageIt, denyIt); ok {
+				hits += hitsIt.Hits
+			}
+			usage += usageIt.Hits
+		case 1, 2:
+			if _, ok := redisApply(t, r, hitsIt, usageIt); ok {
+				hits += hitsIt.Hits
+			}
+			usage += usageIt.Hits
+		default:
+			if _, ok := redisApply(t, r, hitsIt); ok {
+				hits += hitsIt.Hits
+			}
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "decisions from chunks", func() bool {
+		step()
+		return r.Stats().Approximate.Chunked > 100
+	})
+	for range 500 {
+		step()
+	}
+	st := r.Stats()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	count := func(it backend.Item) uint64 {
+		f := leaseState(t, srv, prefix, it)
+		if len(f) < 2 {
+			return 0
+		}
+		return uint64(f[1])
+	}
+	if got := count(hitsIt); got != hits {
+		t.Errorf("Redis counts %d hits, want the %d allowed", got, hits)
+	}
+	if got := count(usageIt); got != usage {
+		t.Errorf("Redis counts %d of usage, want the %d charged", got, usage)
+	}
+	if st.ApproximateDecided == 0 || st.Lease.Chunks < 2 {
+		t.Errorf("stats %+v: want requests decided without Redis, by chunks of both keys", st)
+	}
+	t.Logf("%d requests: %d hits and %d of usage counted; %+v %+v", requests, hits, usage, st.Approximate, st.Lease)
 }

@@ -52,7 +52,7 @@ func NewLeaseDriver(s *Store, id string) *LeaseDriver {
 	p := &leasePath{r: s, id: id, horizon: float64(DefaultLeaseHorizon.Microseconds()), minChunk: DefaultLeaseMinChunk,
 		idle: DefaultLeaseIdle.Microseconds(), hold: 2 * DefaultLeaseIdle.Microseconds(), maxKeys: DefaultLeaseKeys,
 		clock: clock, m: map[string]*lease{}, work: make(chan leaseCall, 4096), stop: make(chan struct{}), timeout: timeout,
-		perCall: leaseBatchKeys}
+		perCall: leaseBatchKeys, plenty: plenty}
 	return &LeaseDriver{p: p, m: map[string]*lease{}}
 }
 
@@ -131,3 +131,8 @@ func (d *LeaseDriver) Stats() LeaseStats { return d.p.stats() }
 
 // LeaseBatchKeys exposes leaseBatchKeys to the tests.
 const LeaseBatchKeys = leaseBatchKeys
+
+// SetLeasePlenty sets s's plenty factor of consistency lease (what remains
+// must be f × instances × a chunk for plenty): a test lowers it so that
+// approximate keys take chunks under small limits.
+func SetLeasePlenty(s *Store, f uint64) { s.lease.(*leasePath).plenty = f }

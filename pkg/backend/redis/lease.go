@@ -44,8 +44,11 @@ import (
 // last hits of a window are decided strict, exactly. While plenty remains
 // (plentyFor) a window algorithm's chunk covers its demand until the
 // window ends, at least LeaseMinChunk however cold the key, and is kept
-// while the key is idle: at most 1/plenty of what remains is stranded. Items with usage
-// accounting (Item.Account with hits) are charged strict, as they come; a
+// while the key is idle: at most 1/plenty of what remains is stranded.
+// Consistency approximate's keys take chunks too while plenty remains
+// (takeFor, adopt; see approximate.go). Items with usage accounting
+// (Item.Account with hits) are charged strict, as they come (an
+// approximate key's, to its chunk when they fit); a
 // key's first decision on an instance is strict; so is an item whose chunk
 // does not hold its hits (a refill is then on its way).
 
@@ -82,6 +85,11 @@ type leasePath struct {
 	hold     int64 // µs a bucket's chunk holds its tokens (2 × idle)
 	maxKeys  int
 	clock    backend.Clock
+	// approxHold is the µs a share of consistency approximate lives after
+	// its sync (approxPath.hold): lease.lua sees the live shares of an
+	// approximate key it reserves for (lease.hkey) as taken.
+	approxHold int64
+	plenty     uint64 // the plenty factor (const plenty; tests lower it)
 
 	mu sync.RWMutex
 	m  map[string]*lease // by Item.Key
@@ -100,8 +108,12 @@ type leasePath struct {
 
 // lease is one key's chunk on this instance.
 type lease struct {
-	mu    sync.Mutex
-	key   string // in Redis
+	mu  sync.Mutex
+	key string // in Redis
+	// hkey is set on the chunks of a key of consistency approximate: its
+	// hash of shares (<key>:approx), which reservations see as taken. Such
+	// a key gets chunks only while plenty remains (see chunk).
+	hkey  string
 	limit algorithms.Limit
 	gen   uint64 // changes with each chunk, so holds of an old one are not put back
 
@@ -134,6 +146,7 @@ func (r *Store) newLease(opts Options) (localPath, error) {
 		timeout: timeout,
 		clock:   clock,
 		perCall: leaseBatchKeys,
+		plenty:  plenty,
 	}
 	if p.horizon == 0 {
 		p.horizon = float64(DefaultLeaseHorizon.Microseconds())
@@ -184,34 +197,56 @@ func leases(l *algorithms.Limit) bool {
 }
 
 func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) {
-	if (it.Account && it.Hits > 0) || !leases(&it.Limit) || (it.Limit.Algorithm.HasBurst() && it.Partition == 0) {
-		// A bucket's chunks need a hash of the instances' parts in its
-		// key's slot: a hash tag, which only a partition gives.
-		return hold{}, false
-	}
+	h, ok, _ := p.takeFor(it, d, "")
+	return h, ok
+}
+
+// entry returns it's chunk on this instance, new if none, or nil when
+// LeaseKeys are held.
+func (p *leasePath) entry(it *backend.Item, now int64) *lease {
 	p.active.Store(true)
 	p.mu.RLock()
 	e := p.m[it.Key]
 	p.mu.RUnlock()
-	now := p.now()
-	if e == nil {
-		p.mu.Lock()
-		if e = p.m[it.Key]; e == nil {
-			if len(p.m) >= p.maxKeys {
-				p.mu.Unlock()
-				return hold{}, false
-			}
-			e = &lease{key: redisKey(p.r.prefix, it), limit: it.Limit, since: now, lastUse: now}
-			p.m[it.Key] = e
+	if e != nil {
+		return e
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e = p.m[it.Key]; e == nil {
+		if len(p.m) >= p.maxKeys {
+			return nil
 		}
-		p.mu.Unlock()
+		e = &lease{key: redisKey(p.r.prefix, it), limit: it.Limit, since: now, lastUse: now}
+		p.m[it.Key] = e
+	}
+	return e
+}
+
+// takeFor is take for an item of consistency lease (hkey "") or, hkey its
+// hash of shares, of consistency approximate while plenty remains on it;
+// plenty reports whether chunks may still serve it (a chunk holds hits,
+// or one is wanted). An approximate key's usage accounting is charged to
+// its chunk when it fits (the chunk's hits are charged in Redis already),
+// kept whatever the verdict; strict otherwise.
+func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey string) (h hold, ok, plenty bool) {
+	if (it.Account && it.Hits > 0 && hkey == "") || !leases(&it.Limit) || (it.Limit.Algorithm.HasBurst() && (it.Partition == 0 || hkey != "")) {
+		// A bucket's chunks need a hash of the instances' parts in its
+		// key's slot: a hash tag, which only a partition gives.
+		return hold{}, false, hkey != ""
+	}
+	now := p.now()
+	e := p.entry(it, now)
+	if e == nil {
+		return hold{}, false, false
 	}
 	hits := it.Hits
 	e.mu.Lock()
 	if e.returned {
 		e.mu.Unlock()
-		return hold{}, false
+		return hold{}, false, false
 	}
+	e.hkey = hkey
 	if e.limit != it.Limit {
 		// A reload changed the count: the chunk granted under the old one
 		// is revoked (given back), and the key starts again.
@@ -227,8 +262,9 @@ func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) 
 		if p.chunk(e, now) >= 2 {
 			p.ask(e, now)
 		}
+		plenty = e.pending || e.avail > 0
 		e.mu.Unlock()
-		return hold{}, false
+		return hold{}, false, plenty
 	}
 	e.avail -= hits
 	*d = algorithms.Decision{Allowed: true, Limit: it.Limit.Capacity(), Remaining: e.left + e.avail}
@@ -245,9 +281,43 @@ func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) 
 		// holds them longer.
 		p.ask(e, now)
 	}
-	h := hold{ref: e, n: hits, gen: e.gen}
+	h = hold{ref: e, n: hits, gen: e.gen}
+	if it.Account {
+		h.n = 0 // usage that happened: not put back
+	}
 	e.mu.Unlock()
-	return h, true
+	return h, true, true
+}
+
+// adopt starts chunks for an item of consistency approximate (hkey its
+// hash of shares) that Redis just allowed with plenty remaining (d): its
+// chunk is asked for now.
+func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision, hkey string) {
+	if !leases(&it.Limit) || it.Limit.Algorithm.HasBurst() {
+		return
+	}
+	now := p.now()
+	e := p.entry(it, now)
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	if !e.returned && e.limit == it.Limit {
+		e.hkey, e.left, e.lastUse = hkey, d.Remaining, now
+		e.demand += max(it.Hits, 1)
+		if e.avail == 0 && p.chunk(e, now) >= 2 {
+			p.ask(e, now)
+		}
+	}
+	e.mu.Unlock()
+}
+
+// plentyLeft reports whether left hits remaining on a window limit are
+// plenty for chunks of approximate keys (plentyFor, for a chunk of
+// minChunk).
+func (p *leasePath) plentyLeft(left uint64) bool {
+	inst := uint64(max(p.instances.Load(), 1))
+	return left/p.plenty/inst >= p.minChunk
 }
 
 func (p *leasePath) settle(it *backend.Item, h hold, commit bool, d *algorithms.Decision) {
@@ -293,7 +363,7 @@ func (p *leasePath) observe(it *backend.Item, d *algorithms.Decision) {
 
 // Rates: a key's demand is measured over at least rateSpan µs, and a cold
 // key's chunk covers at most coldSpan µs of it, unless plenty remains:
-// at least plenty × active instances × the chunk.
+// at least plenty (leasePath.plenty) × active instances × the chunk.
 const (
 	rateSpan = 10_000
 	coldSpan = 10_000_000
@@ -311,7 +381,13 @@ func (p *leasePath) plentyFor(e *lease, n uint64) bool {
 		return false
 	}
 	inst := uint64(max(p.instances.Load(), 1))
-	return e.left/plenty/inst >= n
+	return e.left/p.plenty/inst >= n
+}
+
+// plentyCap is the largest chunk for which what remained on e is plenty
+// (plentyFor), e.mu held.
+func (p *leasePath) plentyCap(e *lease) uint64 {
+	return e.left / p.plenty / uint64(max(p.instances.Load(), 1))
 }
 
 // chunk returns the chunk e wants now (e.mu held): about horizon of its
@@ -333,9 +409,21 @@ func (p *leasePath) chunk(e *lease, now int64) uint64 {
 	if end > 0 {
 		// Plenty remains: the demand until the window ends, at least
 		// minChunk.
-		if t := uint64(max(rate*float64(end), float64(p.minChunk))); t >= 2 && p.plentyFor(e, t) {
+		t := uint64(max(rate*float64(end), float64(p.minChunk)))
+		if t >= 2 && p.plentyFor(e, t) {
 			return min(t, e.limit.Capacity())
 		}
+		if e.hkey != "" {
+			// An approximate key: no more than plenty allows, and no
+			// chunk once that is less than minChunk (its shares then).
+			if c := p.plentyCap(e); c >= max(p.minChunk, 2) {
+				return min(c, t, e.limit.Capacity())
+			}
+			return 0
+		}
+	}
+	if e.hkey != "" {
+		return 0
 	}
 	t := min(max(rate*p.horizon, float64(p.minChunk)), rate*float64(span))
 	if t < 2 {
@@ -404,7 +492,8 @@ type leaseCall struct {
 	cs    int64
 	limit algorithms.Limit
 	gen   uint64
-	sent  int64 // local µs before sending
+	sent  int64  // local µs before sending
+	hkey  string // a reserve of an approximate key: its hash of shares
 }
 
 // leaseBatchKeys is the most keys of one call of lease.lua: a call costs
@@ -467,7 +556,7 @@ func (p *leasePath) want(batch []leaseCall, c leaseCall) []leaseCall {
 		e.pending = false
 		return batch
 	}
-	c = leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now}
+	c = leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now, hkey: e.hkey}
 	if e.limit.Algorithm.HasBurst() {
 		c.used = e.owned - min(e.avail, e.owned)
 	}
@@ -562,9 +651,9 @@ func leaseGroups(calls []leaseCall, cluster bool, per int) [][]int {
 }
 
 // leaseArgs are a call's ARGV: now, instances, this instance, hold and the
-// number of keys, then 8 fields per key (see lua/lease.lua).
+// number of keys, then 9 fields per key (see lua/lease.lua).
 func (p *leasePath) leaseArgs(calls []leaseCall, g []int, now, inst int64) []any {
-	args := make([]any, 0, 5+8*len(g))
+	args := make([]any, 0, 5+9*len(g))
 	args = append(args, now, inst, p.id, p.hold, len(g))
 	for _, i := range g {
 		c := &calls[i]
@@ -573,13 +662,25 @@ func (p *leasePath) leaseArgs(calls []leaseCall, g []int, now, inst int64) []any
 		if c.limit.Algorithm.HasBurst() {
 			used = c.used
 		}
-		args = append(args, c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, used)
+		var ah int64
+		if c.shares() {
+			ah = max(p.approxHold, 1)
+		}
+		args = append(args, c.op, uint8(c.limit.Algorithm), c.limit.Requests, w, c.limit.Capacity(), c.n, c.cs, used, ah)
 	}
 	return args
 }
 
+// shares reports whether c is a reserve that sees an approximate key's
+// shares (its hash goes beside its key).
+func (c *leaseCall) shares() bool {
+	return c.op == opReserve && c.hkey != "" && !c.limit.Algorithm.HasBurst()
+}
+
 // leaseKeys are a call's KEYS: per key its state, and for a bucket the
-// hash of the instances' parts (in the same slot: the key has a hash tag).
+// hash of the instances' parts, for an approximate key's reserve its hash
+// of shares (in the same slot: the key has a hash tag, or the store is
+// not a Cluster).
 func (p *leasePath) leaseKeys(calls []leaseCall, g []int) []string {
 	keys := make([]string, 0, 2*len(g))
 	for _, i := range g {
@@ -587,6 +688,8 @@ func (p *leasePath) leaseKeys(calls []leaseCall, g []int) []string {
 		keys = append(keys, c.e.key)
 		if c.limit.Algorithm.HasBurst() {
 			keys = append(keys, c.e.key+":lease")
+		} else if c.shares() {
+			keys = append(keys, c.hkey)
 		}
 	}
 	return keys

@@ -202,6 +202,12 @@ func newStore(opts Options, clock backend.Clock) (*Store, error) {
 		client.Close()
 		return nil, err
 	}
+	if lp, ok := r.lease.(*leasePath); ok {
+		if ap, ok := r.approx.(*approxPath); ok {
+			// Approximate keys take lease chunks while plenty remains.
+			ap.lease, lp.approxHold = lp, ap.hold
+		}
+	}
 	if opts.LocalDenyCache {
 		size := opts.LocalDenyCacheSize
 		if size == 0 {

@@ -5,12 +5,18 @@
 --
 -- ARGV: now (µs, or -1 for Redis's TIME, read once per call), instances
 -- (active on the limit, at least 1), the instance (id), hold (µs a bucket's
--- grant holds its tokens), the number of keys; then 8 fields per key: op (1
+-- grant holds its tokens), the number of keys; then 9 fields per key: op (1
 -- reserve, 2 return), algorithm, requests, window (µs), capacity, n (hits
 -- wanted, or unused to return), cs (return: the window start the chunk was
--- granted in), used (a bucket's, see below; 0 otherwise). KEYS: per key,
--- in order, its state key, and for token_bucket and gcra the hash beside
--- it (see below).
+-- granted in), used (a bucket's, see below; 0 otherwise), ah (a reserve of
+-- consistency approximate's key: the µs a share of approximate.lua lives
+-- after its sync; 0 otherwise). KEYS: per key, in order, its state key, and
+-- for token_bucket and gcra the hash beside it (see below), for a window
+-- key with ah > 0 approximate.lua's hash of shares beside it.
+--
+-- A reserve with ah > 0 sees the live shares of that hash (every instance's,
+-- see approximate.lua) as taken: chunks, counted hits and shares together
+-- never exceed the limit.
 --
 -- Reserve grants g = min(n, floor(left / (2 * instances))) hits, where left
 -- is what the limit allows right now, and charges them as hits: the
@@ -32,7 +38,7 @@
 local FIXED, BUCKET, COUNTER, GCRA = 0, 1, 3, 4
 local MAGIC = 240
 local TEST_TTL_SLACK_MS = 3600000
-local FIELDS = 8
+local FIELDS = 9
 
 local now, inst, id, hold, nk =
 	tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -84,7 +90,32 @@ local function grant(left, n)
 	return g
 end
 
-local function fixed(key, op, alg, req, w, n, cs, at, cnt)
+-- shares returns the live shares of approximate.lua's hash hkey held in the
+-- window starting at start and in the one before it (ah: µs a share lives
+-- after its sync).
+local function shares(hkey, ah, start, w)
+	local cur, pv = 0, 0
+	if ah <= 0 then
+		return 0, 0
+	end
+	local parts = redis.call("HGETALL", hkey)
+	for j = 1, #parts, 2 do
+		if parts[j] ~= "over" then
+			local _, fw, fv, seen = string.match(parts[j + 1], "^([^,]+),([^,]+),([^,]+),(.+)$")
+			fw, fv, seen = tonumber(fw), tonumber(fv), tonumber(seen)
+			if fw and fv and seen and seen + ah > now then
+				if fw == start then
+					cur = cur + fv
+				elseif fw == start - w then
+					pv = pv + fv
+				end
+			end
+		end
+	end
+	return cur, pv
+end
+
+local function fixed(key, hkey, ah, op, alg, req, w, n, cs, at, cnt)
 	local start = now - math.fmod(now, w)
 	if start < at then
 		start = at
@@ -109,7 +140,8 @@ local function fixed(key, op, alg, req, w, n, cs, at, cnt)
 		end
 		return {back, 0, 0, 0, now}
 	end
-	local left = req - count
+	local held = shares(hkey, ah, start, w)
+	local left = req - count - held
 	if left < 0 then
 		left = 0
 	end
@@ -121,7 +153,7 @@ local function fixed(key, op, alg, req, w, n, cs, at, cnt)
 	return {g, left - g, start, tte, now}
 end
 
-local function counter(key, op, alg, req, w, n, cs, at, cnt, prev)
+local function counter(key, hkey, ah, op, alg, req, w, n, cs, at, cnt, prev)
 	local start = now - math.fmod(now, w)
 	if start < at then
 		start = at
@@ -159,11 +191,14 @@ local function counter(key, op, alg, req, w, n, cs, at, cnt, prev)
 		return {back, 0, 0, 0, now}
 	end
 	local elapsed = now - start
+	-- Shares of the previous window weigh as its hits not counted yet.
+	local held, heldPrev = shares(hkey, ah, start, w)
 	local used = pv * (w - elapsed) + cur * w
-	local left = floor((req * w - used) / w)
+	local left = floor((req * w - used - heldPrev * (w - elapsed)) / w)
 	if left > req - cur then
 		left = req - cur
 	end
+	left = left - held
 	if left < 0 then
 		left = 0
 	end
@@ -288,9 +323,10 @@ end
 -- one runs the reserve or return of the key whose fields start at ARGV[a]
 -- and whose keys at KEYS[k].
 local function one(a, k)
-	local op, alg, req, w, cap, n, cs, used =
+	local op, alg, req, w, cap, n, cs, used, ah =
 		tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-		tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+		tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
+		tonumber(ARGV[a + 8])
 	local key = KEYS[k]
 	local at, cnt, prev, level = 0, 0, 0, 0
 	local v = redis.call("GET", key)
@@ -305,9 +341,9 @@ local function one(a, k)
 		end
 	end
 	if alg == FIXED then
-		return fixed(key, op, alg, req, w, n, cs, at, cnt)
+		return fixed(key, KEYS[k + 1], ah, op, alg, req, w, n, cs, at, cnt)
 	elseif alg == COUNTER then
-		return counter(key, op, alg, req, w, n, cs, at, cnt, prev)
+		return counter(key, KEYS[k + 1], ah, op, alg, req, w, n, cs, at, cnt, prev)
 	end
 	return bucket(key, KEYS[k + 1], op, alg, req, w, cap, n, used, v or "", at, level)
 end
@@ -315,7 +351,7 @@ end
 local out, k = {}, 1
 for i = 0, nk - 1 do
 	local a = 6 + FIELDS * i
-	local alg = tonumber(ARGV[a + 1])
+	local alg, ah = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 8])
 	local ok, r = pcall(one, a, k)
 	if not ok then
 		r = {-1, 0, 0, 0, now}
@@ -323,7 +359,7 @@ for i = 0, nk - 1 do
 	for j = 1, 5 do
 		out[#out + 1] = r[j]
 	end
-	if alg == BUCKET or alg == GCRA then
+	if alg == BUCKET or alg == GCRA or ah > 0 then
 		k = k + 2
 	else
 		k = k + 1
