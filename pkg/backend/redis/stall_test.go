@@ -237,14 +237,14 @@ func TestStallKilled(t *testing.T) {
 // TestStallOverloadNoTrip: a healthy Redis kept busy by many concurrent
 // callers whose requests make long script calls (64 items each, pipelines
 // of up to 64 requests: script calls of thousands of keys, many of which
-// send no reply byte for longer than a stall timeout of 20 ms) is not
+// send no reply byte for longer than a stall timeout of 10 ms) is not
 // down: the stalls are checked (probes run), every PING is answered, and
 // no call is refused.
 func TestStallOverloadNoTrip(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	// Long read and write timeouts: a pipeline is never given up on, whatever the
 	// load (only the stall check is tested here).
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: 20 * time.Millisecond, Pipelines: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: 10 * time.Millisecond, Pipelines: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, OnNodeHealth: func(h redis.NodeHealth) { t.Logf("%+v", h) }})
 	// A first call loads the script and measures a round trip.
 	redisApply(t, r, backend.Item{Key: "warm", Limit: stallLimit(), Hits: 1})
 	const items = 64
