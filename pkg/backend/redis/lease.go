@@ -500,6 +500,10 @@ type leaseCall struct {
 // Redis about 30 µs besides its keys' work, so a batch's keys share calls.
 const leaseBatchKeys = 128
 
+// leaseLinger is how long a refiller gathers refills and returns before it
+// sends them.
+var leaseLinger = 2 * time.Millisecond
+
 // refiller sends the refills asked for, many keys per pipeline.
 func (p *leasePath) refiller() {
 	defer p.wg.Done()
@@ -512,15 +516,21 @@ func (p *leasePath) refiller() {
 		case c := <-p.work:
 			batch = p.want(batch, c)
 		}
+		// Gather what comes within leaseLinger: a call costs Redis a
+		// wake-up and its fixed part whatever it carries.
+		linger := time.NewTimer(leaseLinger)
 	more:
 		for len(batch) < 256 {
 			select {
 			case c := <-p.work:
 				batch = p.want(batch, c)
-			default:
+			case <-linger.C:
+				break more
+			case <-p.stop:
 				break more
 			}
 		}
+		linger.Stop()
 		if len(batch) == 0 {
 			continue
 		}
@@ -763,6 +773,10 @@ func (p *leasePath) sweeper() {
 	defer p.wg.Done()
 	t := time.NewTicker(leaseSweep)
 	defer t.Stop()
+	// wake fires just after the soonest window end before the next tick:
+	// chunks in use are renewed then rather than up to leaseSweep later.
+	wake := time.NewTimer(leaseSweep)
+	defer wake.Stop()
 	var beat time.Time
 	var idle []*lease
 	for {
@@ -770,6 +784,7 @@ func (p *leasePath) sweeper() {
 		case <-p.stop:
 			return
 		case <-t.C:
+		case <-wake.C:
 		}
 		if p.active.Load() && time.Since(beat) >= heartbeat {
 			beat = time.Now()
@@ -777,12 +792,22 @@ func (p *leasePath) sweeper() {
 		}
 		now := p.now()
 		idle = idle[:0]
+		soonest := now + leaseSweep.Microseconds()
 		p.mu.RLock()
 		for _, e := range p.m {
 			e.mu.Lock()
+			if e.avail > 0 && now < e.expires && e.expires < soonest && !e.limit.Algorithm.HasBurst() {
+				soonest = e.expires
+			}
 			switch {
 			case e.avail > 0 && now >= e.expires:
 				p.expire(e)
+				if !e.limit.Algorithm.HasBurst() && now-e.lastUse < max(p.idleFor(e), e.limit.Window.Microseconds()) && p.chunk(e, now) >= 2 {
+					// A key seen in the window that ended: its next
+					// window's chunk now, before its next request would
+					// go strict for it.
+					p.ask(e, now)
+				}
 			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e) && !p.plentyFor(e, e.avail):
 				p.giveBack(e)
 			case e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan):
@@ -803,6 +828,7 @@ func (p *leasePath) sweeper() {
 			}
 			p.mu.Unlock()
 		}
+		wake.Reset(time.Duration(soonest-now)*time.Microsecond + time.Millisecond)
 	}
 }
 
