@@ -137,8 +137,9 @@ type approxKey struct {
 	rate    float64 // hits per µs, at the last sync
 	gone    bool
 	// leased: plenty remained at a strict decision, so chunks of lease
-	// serve the key (before any share) until one is refused.
-	leased bool
+	// serve the key (before any share) until one is refused. Read without
+	// mu: a chunk's decision takes only lease's locks.
+	leased atomic.Bool
 }
 
 // newApproximate returns the local path of consistency approximate.
@@ -194,10 +195,28 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 			// leased: a chunk of lease may serve it already (it was
 			// forgotten here while the chunk lives), else takeFor
 			// finds that too little is known and it goes to shares.
-			e = &approxKey{id: it.Key, key: k, hkey: k + ":approx", slot: slot(k), limit: it.Limit, lastUse: now, since: now, leased: p.lease != nil}
+			e = &approxKey{id: it.Key, key: k, hkey: k + ":approx", slot: slot(k), limit: it.Limit, lastUse: now, since: now}
+			e.leased.Store(p.lease != nil)
 			p.m[it.Key] = e
 		}
 		p.mu.Unlock()
+	}
+	if e.leased.Load() {
+		// Chunks first: a share the key may still hold goes unused (and
+		// lapses in Redis after its hold). The key's own state is left
+		// alone (lease's holds the chunk; a key forgotten here meanwhile
+		// finds its chunk again).
+		h, ok, plenty := p.lease.takeFor(it, d, e.hkey)
+		if ok {
+			p.chunked.Add(1)
+			return h, true
+		}
+		if plenty {
+			// A chunk is on its way: strict meanwhile.
+			p.strict.Add(1)
+			return hold{}, false
+		}
+		e.leased.Store(false) // back to shares
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -215,21 +234,6 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 	}
 	if e.valid && now >= e.expires {
 		p.void(e, now)
-	}
-	if e.leased {
-		// Chunks first: a share the key may still hold goes unused (and
-		// lapses in Redis after its hold).
-		h, ok, plenty := p.lease.takeFor(it, d, e.hkey)
-		if ok {
-			p.chunked.Add(1)
-			return h, true
-		}
-		if plenty {
-			// A chunk is on its way: strict meanwhile.
-			p.strict.Add(1)
-			return hold{}, false
-		}
-		e.leased = false // back to shares
 	}
 	if !e.valid {
 		if p.warm(e, now) {
@@ -349,8 +353,8 @@ func (p *approxPath) observe(it *backend.Item, d *algorithms.Decision) {
 		return
 	}
 	e.mu.Lock()
-	if !e.leased && !e.gone && e.limit == it.Limit {
-		e.leased = true
+	if !e.leased.Load() && !e.gone && e.limit == it.Limit {
+		e.leased.Store(true)
 		p.lease.adopt(it, d, e.hkey)
 	}
 	e.mu.Unlock()
@@ -397,7 +401,7 @@ func (p *approxPath) due(e *approxKey, now int64) bool {
 	switch {
 	case len(e.unacked) > 0:
 		return true
-	case e.leased:
+	case e.leased.Load():
 		return e.cur.n > 0 // chunks serve it
 	case !e.valid:
 		return (e.touched && p.warm(e, now)) || e.cur.n > 0

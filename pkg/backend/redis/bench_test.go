@@ -63,11 +63,18 @@ func benchRedis(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i
 }
 
 // benchRedisConsistency is benchRedis with items of consistency c.
+// benchLeasePlenty, when not 0, is the plenty factor of the store of
+// benchRedisConsistency (redis.SetLeasePlenty).
+var benchLeasePlenty uint64
+
 func benchRedisConsistency(b *testing.B, opts redis.Options, l algorithms.Limit, key func(i uint64) string, c backend.Consistency) {
 	srv := redistest.StartStandalone(b)
 	rc := srv.Client()
 	opts.URL = srv.URL()
 	r := newRedisStore(b, opts)
+	if benchLeasePlenty != 0 {
+		redis.SetLeasePlenty(r, benchLeasePlenty)
+	}
 	var next atomic.Uint64
 	var failed, denied atomic.Int64
 	// One call first: the function library loads outside the measurement.
