@@ -353,9 +353,8 @@ func (p *approxPath) observe(it *backend.Item, d *algorithms.Decision) {
 		return
 	}
 	e.mu.Lock()
-	if !e.leased.Load() && !e.gone && e.limit == it.Limit {
+	if !e.leased.Load() && !e.gone && e.limit == it.Limit && p.lease.adopt(it, d, e.hkey) {
 		e.leased.Store(true)
-		p.lease.adopt(it, d, e.hkey)
 	}
 	e.mu.Unlock()
 }

@@ -390,3 +390,31 @@ func TestApproximateChunksCountExactly(t *testing.T) {
 	}
 	t.Logf("%d requests: %d hits and %d of usage counted; %+v %+v", requests, hits, usage, st.Approximate, st.Lease)
 }
+
+// TestApproximateBeyondLeaseKeys: once LeaseKeys keys hold chunks, another
+// approximate key with plenty left is decided by shares (not strict for
+// good): requests on it alone come to be decided without Redis.
+func TestApproximateBeyondLeaseKeys(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r, err := redis.New(redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("full-lease-%d:", time.Now().UnixNano()), LeaseKeys: 1, ApproximateSyncInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1_000_000, Window: time.Hour}
+	a := backend.Item{Key: "a", Limit: l, Hits: 1, Partition: 1, Consistency: backend.Approximate}
+	b := backend.Item{Key: "b", Limit: l, Hits: 1, Partition: 2, Consistency: backend.Approximate}
+	testutil.WaitFor(t, 10*time.Second, "a decided from a chunk", func() bool {
+		redisApply(t, r, a)
+		return r.Stats().Approximate.Chunked > 0
+	})
+	testutil.WaitFor(t, 10*time.Second, "b decided locally", func() bool {
+		before := r.Stats()
+		redisApply(t, r, b)
+		after := r.Stats()
+		return after.ApproximateDecided > before.ApproximateDecided
+	})
+	if st := r.Stats(); st.Approximate.Syncs == 0 {
+		t.Fatalf("b was decided locally without a sync: %+v", st.Approximate)
+	}
+}

@@ -291,25 +291,30 @@ func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey strin
 
 // adopt starts chunks for an item of consistency approximate (hkey its
 // hash of shares) that Redis just allowed with plenty remaining (d): its
-// chunk is asked for now.
-func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision, hkey string) {
+// chunk is asked for now. It reports false when no chunk can serve it (no
+// room for its key: LeaseKeys are held; or closing).
+func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision, hkey string) bool {
 	if !leases(&it.Limit) || it.Limit.Algorithm.HasBurst() {
-		return
+		return false
 	}
 	now := p.now()
 	e := p.entry(it, now)
 	if e == nil {
-		return
+		return false
 	}
 	e.mu.Lock()
-	if !e.returned && e.limit == it.Limit {
+	defer e.mu.Unlock()
+	if e.returned {
+		return false
+	}
+	if e.limit == it.Limit {
 		e.hkey, e.left, e.lastUse = hkey, d.Remaining, now
 		e.demand += max(it.Hits, 1)
 		if e.avail == 0 && p.chunk(e, now) >= 2 {
 			p.ask(e, now)
 		}
 	}
-	e.mu.Unlock()
+	return true
 }
 
 // plentyLeft reports whether left hits remaining on a window limit are
