@@ -418,3 +418,34 @@ func TestApproximateBeyondLeaseKeys(t *testing.T) {
 		t.Fatalf("b was decided locally without a sync: %+v", st.Approximate)
 	}
 }
+
+// TestApproximateChunkResidueGoesToShares: an approximate key served by
+// chunks (plenty factor 1) whose last chunk keeps fewer hits than its
+// requests carry, with too little left for another, goes to shares rather
+// than strict for the rest of its window, and still reaches its limit.
+func TestApproximateChunkResidueGoesToShares(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC))
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("residue-%d:", time.Now().UnixNano()), ApproximateSyncInterval: 5 * time.Millisecond})
+	redis.SetLeasePlenty(r, 1)
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 300, Window: time.Minute}
+	it := backend.Item{Key: "k", Limit: l, Hits: 3, Partition: 1, Consistency: backend.Approximate}
+	var admitted uint64
+	for range 120 {
+		if _, ok := redisApply(t, r, it); ok {
+			admitted += it.Hits
+		}
+		clock.Advance(2 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond) // real time for refills and syncs, as between requests
+	}
+	st := r.Stats().Approximate
+	if st.Chunked == 0 || st.Syncs == 0 {
+		t.Fatalf("stats %+v: want chunks and then shares", st)
+	}
+	if st.Strict > 10 {
+		t.Errorf("%d strict decisions of a key that chunks and then shares serve (stats %+v)", st.Strict, st)
+	}
+	if admitted > l.Requests || admitted < l.Requests-3*it.Hits {
+		t.Errorf("%d admitted, want the limit of %d (one instance: no other holds a share)", admitted, l.Requests)
+	}
+}

@@ -225,8 +225,8 @@ func (p *leasePath) entry(it *backend.Item, now int64) *lease {
 
 // takeFor is take for an item of consistency lease (hkey "") or, hkey its
 // hash of shares, of consistency approximate while plenty remains on it;
-// plenty reports whether chunks may still serve it (a chunk holds hits,
-// or one is wanted). An approximate key's usage accounting is charged to
+// plenty reports whether chunks may still serve it (a chunk held its hits,
+// or one is on its way). An approximate key's usage accounting is charged to
 // its chunk when it fits (the chunk's hits are charged in Redis already),
 // kept whatever the verdict; strict otherwise.
 func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey string) (h hold, ok, plenty bool) {
@@ -262,7 +262,10 @@ func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey strin
 		if p.chunk(e, now) >= 2 {
 			p.ask(e, now)
 		}
-		plenty = e.pending || e.avail > 0
+		// Chunks still serve it while one is on its way; a residue
+		// smaller than the request's hits, with none wanted (too
+		// little remains), does not.
+		plenty = e.pending
 		e.mu.Unlock()
 		return hold{}, false, plenty
 	}
