@@ -456,9 +456,13 @@ func (p *leasePath) ask(e *lease, now int64) {
 // expire ends a chunk whose window ended (e.mu held): a sliding counter's
 // unused hits are given back (they weigh in its next window), a fixed
 // window's are counted stranded (the window's end freed them).
-func (p *leasePath) expire(e *lease) {
+func (p *leasePath) expire(e *lease) { p.expireTo(e, nil) }
+
+// expireTo is expire, the return appended to *out when out is not nil
+// (the sweeper sends its own) rather than queued.
+func (p *leasePath) expireTo(e *lease, out *[]leaseCall) {
 	if e.limit.Algorithm != algorithms.FixedWindow {
-		p.giveBack(e)
+		p.giveBackTo(e, out)
 		return
 	}
 	if e.avail > 0 {
@@ -470,12 +474,20 @@ func (p *leasePath) expire(e *lease) {
 
 // giveBack takes e's unused hits (e.mu held) and sends them back to Redis
 // in the background.
-func (p *leasePath) giveBack(e *lease) {
+func (p *leasePath) giveBack(e *lease) { p.giveBackTo(e, nil) }
+
+// giveBackTo is giveBack, the return appended to *out when out is not nil.
+func (p *leasePath) giveBackTo(e *lease, out *[]leaseCall) {
 	if e.avail == 0 && e.owned == 0 {
 		e.gen++
 		return
 	}
-	p.queueReturn(leaseCall{e: e, op: opReturn, n: e.avail, used: e.owned - min(e.avail, e.owned), cs: e.start, limit: e.limit})
+	c := leaseCall{e: e, op: opReturn, n: e.avail, used: e.owned - min(e.avail, e.owned), cs: e.start, limit: e.limit}
+	if out != nil {
+		*out = append(*out, c)
+	} else {
+		p.queueReturn(c)
+	}
 	e.avail, e.owned = 0, 0
 	e.gen++
 }
@@ -787,6 +799,7 @@ func (p *leasePath) sweeper() {
 	defer wake.Stop()
 	var beat time.Time
 	var idle []*lease
+	var out []leaseCall // the sweep's returns and renewals
 	for {
 		select {
 		case <-p.stop:
@@ -809,15 +822,17 @@ func (p *leasePath) sweeper() {
 			}
 			switch {
 			case e.avail > 0 && now >= e.expires:
-				p.expire(e)
-				if !e.limit.Algorithm.HasBurst() && now-e.lastUse < max(p.idleFor(e), e.limit.Window.Microseconds()) && p.chunk(e, now) >= 2 {
+				p.expireTo(e, &out)
+				if !e.limit.Algorithm.HasBurst() && now-e.lastUse < max(p.idleFor(e), e.limit.Window.Microseconds()) &&
+					!e.pending && now >= e.retry && p.chunk(e, now) >= 2 {
 					// A key seen in the window that ended: its next
 					// window's chunk now, before its next request would
 					// go strict for it.
-					p.ask(e, now)
+					e.pending = true
+					out = append(out, leaseCall{e: e, op: opReserve})
 				}
 			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e) && !p.plentyFor(e, e.avail):
-				p.giveBack(e)
+				p.giveBackTo(e, &out)
 			case e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan):
 				idle = append(idle, e)
 			}
@@ -836,8 +851,53 @@ func (p *leasePath) sweeper() {
 			}
 			p.mu.Unlock()
 		}
+		out = p.sendSwept(out)
 		wake.Reset(time.Duration(soonest-now)*time.Microsecond + time.Millisecond)
 	}
+}
+
+// sendSwept sends the returns and renewals of a sweep itself, 256 keys per
+// pipeline, rather than through the work queue, which a window's end of
+// thousands of keys would overflow (returns dropped to stranded, renewals
+// lost). All within one call's timeout, and given up at Close: what is
+// not sent then is counted stranded (returns) or left to the next take
+// (renewals). It returns out emptied, for the next sweep.
+func (p *leasePath) sendSwept(out []leaseCall) []leaseCall {
+	if len(out) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	var batch []leaseCall
+	rest := out
+	for len(rest) > 0 && ctx.Err() == nil {
+		select {
+		case <-p.stop:
+			cancel()
+			continue
+		default:
+		}
+		n := min(len(rest), 256)
+		batch = batch[:0]
+		for _, c := range rest[:n] {
+			batch = p.want(batch, c)
+		}
+		if len(batch) > 0 {
+			p.send(ctx, batch)
+		}
+		rest = rest[n:]
+	}
+	for _, c := range rest {
+		if c.op == opReturn {
+			p.stranded.Add(c.n)
+			continue
+		}
+		c.e.mu.Lock()
+		c.e.pending = false
+		c.e.mu.Unlock()
+	}
+	clear(out)
+	return out[:0]
 }
 
 // idleFor is how long e may see no request before its chunk goes back:

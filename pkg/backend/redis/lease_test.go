@@ -277,3 +277,35 @@ func TestLeaseBucketHeldTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseWindowEndOfManyKeys: at a window's end of more keys than the
+// refill queue holds (6,000 sliding counters with plenty left), every
+// chunk's unused hits go back (none stranded) and every key gets its next
+// window's chunk: the sweeper sends its returns and renewals itself.
+func TestLeaseWindowEndOfManyKeys(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 50, 0, time.UTC))
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("ends-%d:", time.Now().UnixNano())})
+	const n = 6000
+	l := algorithms.Limit{Algorithm: algorithms.SlidingWindowCounter, Requests: 1_000_000_000, Window: time.Minute}
+	item := func(i int) backend.Item {
+		return backend.Item{Key: fmt.Sprintf("k%d", i), Limit: l, Hits: 1, Partition: uint64(i + 1), Consistency: backend.Lease}
+	}
+	for i := range n {
+		redisApply(t, r, item(i)) // strict: its chunk follows
+	}
+	testutil.WaitFor(t, 20*time.Second, "a chunk for every key", func() bool { return r.Stats().Lease.Chunks >= n })
+	before := r.Stats().Lease
+	clock.Advance(15 * time.Second) // past the minute's end
+	var after redis.LeaseStats
+	testutil.WaitFor(t, 20*time.Second, "returns and renewals", func() bool {
+		after = r.Stats().Lease
+		return after.Chunks-before.Chunks >= n && after.Returned > before.Returned
+	})
+	if d := after.Stranded - before.Stranded; d != 0 {
+		t.Errorf("%d hits stranded at the window's end (lease %+v)", d, after)
+	}
+	if back, held := after.Returned-before.Returned, before.Granted-before.Returned; back != held {
+		t.Errorf("%d hits returned at the window's end, want the %d held", back, held)
+	}
+}
