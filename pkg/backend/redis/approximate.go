@@ -206,7 +206,7 @@ func (p *approxPath) take(it *backend.Item, d *algorithms.Decision) (hold, bool)
 		// lapses in Redis after its hold). The key's own state is left
 		// alone (lease's holds the chunk; a key forgotten here meanwhile
 		// finds its chunk again).
-		h, ok, plenty := p.lease.takeFor(it, d, e.hkey)
+		h, ok, plenty := p.lease.takeFor(it, d, true)
 		if ok {
 			p.chunked.Add(1)
 			return h, true
@@ -353,7 +353,7 @@ func (p *approxPath) observe(it *backend.Item, d *algorithms.Decision) {
 		return
 	}
 	e.mu.Lock()
-	if !e.leased.Load() && !e.gone && e.limit == it.Limit && p.lease.adopt(it, d, e.hkey) {
+	if !e.leased.Load() && !e.gone && e.limit == it.Limit && p.lease.adopt(it, d) {
 		e.leased.Store(true)
 	}
 	e.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -448,4 +449,65 @@ func TestApproximateChunkResidueGoesToShares(t *testing.T) {
 	if admitted > l.Requests || admitted < l.Requests-3*it.Hits {
 		t.Errorf("%d admitted, want the limit of %d (one instance: no other holds a share)", admitted, l.Requests)
 	}
+}
+
+// TestApproximateShareSeenByLease: one key decided approximate on one
+// instance and lease on another (a rolling reload that changes its
+// consistency): the lease instance's reservations see the approximate
+// instance's live share as taken, so together they stay within the limit
+// plus the hits decided strict on either (strict decisions do not see
+// shares: the S of approximate's bound).
+func TestApproximateShareSeenByLease(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC))
+	o := redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("mixed-%d:", time.Now().UnixNano()), ApproximateSyncInterval: 5 * time.Millisecond}
+	a, b := newClockedRedisStore(t, clock, o), newClockedRedisStore(t, clock, o)
+	redis.SetLeasePlenty(b, 1) // B's chunks are large beside the limit
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100, Window: time.Minute}
+	item := func(c backend.Consistency) backend.Item {
+		return backend.Item{Key: "k", Limit: l, Hits: 1, Partition: 1, Consistency: c}
+	}
+	hkey := redis.RedisKey(o.KeyPrefix, item(backend.Approximate)) + ":approx"
+	var admitted, strictA, strictB uint64
+	fromA := func() {
+		before := a.Stats().Approximate.Strict
+		if _, ok := redisApply(t, a, item(backend.Approximate)); ok {
+			admitted++
+			if a.Stats().Approximate.Strict > before {
+				strictA++
+			}
+		}
+	}
+	// A holds a share: its field in Redis says so.
+	testutil.WaitFor(t, 10*time.Second, "a share of A in Redis", func() bool {
+		fromA()
+		for f, v := range srv.Client().HGetAll(context.Background(), hkey).Val() {
+			var seq, w, share, seen float64
+			if f != "over" {
+				if _, err := fmt.Sscanf(strings.ReplaceAll(v, ",", " "), "%g %g %g %g", &seq, &w, &share, &seen); err == nil && share > 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	// B takes what lease lets it, until denied; then A spends its share.
+	for range 300 {
+		before := b.Stats().Decided
+		if _, ok := redisApply(t, b, item(backend.Lease)); ok {
+			admitted++
+			if b.Stats().Decided > before {
+				strictB++
+			}
+		}
+		clock.Advance(time.Millisecond)
+		time.Sleep(200 * time.Microsecond) // real time for refills, as between requests
+	}
+	for range 200 {
+		fromA()
+	}
+	if admitted > l.Requests+strictA+strictB {
+		t.Errorf("%d admitted, over the limit %d + the %d + %d decided strict", admitted, l.Requests, strictA, strictB)
+	}
+	t.Logf("%d admitted (%d strict on A, %d on B)", admitted, strictA, strictB)
 }

@@ -86,8 +86,8 @@ type leasePath struct {
 	maxKeys  int
 	clock    backend.Clock
 	// approxHold is the µs a share of consistency approximate lives after
-	// its sync (approxPath.hold): lease.lua sees the live shares of an
-	// approximate key it reserves for (lease.hkey) as taken.
+	// its sync (approxPath.hold): lease.lua sees the live shares of a key
+	// it reserves for (lease.hkey) as taken.
 	approxHold int64
 	plenty     uint64 // the plenty factor (const plenty; tests lower it)
 
@@ -110,12 +110,16 @@ type leasePath struct {
 type lease struct {
 	mu  sync.Mutex
 	key string // in Redis
-	// hkey is set on the chunks of a key of consistency approximate: its
-	// hash of shares (<key>:approx), which reservations see as taken. Such
-	// a key gets chunks only while plenty remains (see chunk).
-	hkey  string
-	limit algorithms.Limit
-	gen   uint64 // changes with each chunk, so holds of an old one are not put back
+	// hkey is consistency approximate's hash of shares beside the key
+	// (<key>:approx), which a window algorithm's reservations see as
+	// taken, whichever consistency this instance gives the key (another
+	// may give it approximate); "" on a Cluster without a hash tag, where
+	// approximate is strict. approx: the key is approximate's here, and
+	// gets chunks only while plenty remains (see chunk).
+	hkey   string
+	approx bool
+	limit  algorithms.Limit
+	gen    uint64 // changes with each chunk, so holds of an old one are not put back
 
 	avail   uint64 // hits of the chunk not taken
 	owned   uint64 // a bucket's: this instance's part of the held tokens in Redis
@@ -197,7 +201,7 @@ func leases(l *algorithms.Limit) bool {
 }
 
 func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) {
-	h, ok, _ := p.takeFor(it, d, "")
+	h, ok, _ := p.takeFor(it, d, false)
 	return h, ok
 }
 
@@ -218,22 +222,25 @@ func (p *leasePath) entry(it *backend.Item, now int64) *lease {
 			return nil
 		}
 		e = &lease{key: redisKey(p.r.prefix, it), limit: it.Limit, since: now, lastUse: now}
+		if !p.r.cluster || it.Partition != 0 {
+			e.hkey = e.key + ":approx"
+		}
 		p.m[it.Key] = e
 	}
 	return e
 }
 
-// takeFor is take for an item of consistency lease (hkey "") or, hkey its
-// hash of shares, of consistency approximate while plenty remains on it;
+// takeFor is take for an item of consistency lease or (approx) of
+// consistency approximate while plenty remains on it;
 // plenty reports whether chunks may still serve it (a chunk held its hits,
 // or one is on its way). An approximate key's usage accounting is charged to
 // its chunk when it fits (the chunk's hits are charged in Redis already),
 // kept whatever the verdict; strict otherwise.
-func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey string) (h hold, ok, plenty bool) {
-	if (it.Account && it.Hits > 0 && hkey == "") || !leases(&it.Limit) || (it.Limit.Algorithm.HasBurst() && (it.Partition == 0 || hkey != "")) {
+func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, approx bool) (h hold, ok, plenty bool) {
+	if (it.Account && it.Hits > 0 && !approx) || !leases(&it.Limit) || (it.Limit.Algorithm.HasBurst() && (it.Partition == 0 || approx)) {
 		// A bucket's chunks need a hash of the instances' parts in its
 		// key's slot: a hash tag, which only a partition gives.
-		return hold{}, false, hkey != ""
+		return hold{}, false, approx
 	}
 	now := p.now()
 	e := p.entry(it, now)
@@ -246,7 +253,7 @@ func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey strin
 		e.mu.Unlock()
 		return hold{}, false, false
 	}
-	e.hkey = hkey
+	e.approx = approx
 	if e.limit != it.Limit {
 		// A reload changed the count: the chunk granted under the old one
 		// is revoked (given back), and the key starts again.
@@ -292,11 +299,11 @@ func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, hkey strin
 	return h, true, true
 }
 
-// adopt starts chunks for an item of consistency approximate (hkey its
-// hash of shares) that Redis just allowed with plenty remaining (d): its
+// adopt starts chunks for an item of consistency approximate that Redis
+// just allowed with plenty remaining (d): its
 // chunk is asked for now. It reports false when no chunk can serve it (no
 // room for its key: LeaseKeys are held; or closing).
-func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision, hkey string) bool {
+func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision) bool {
 	if !leases(&it.Limit) || it.Limit.Algorithm.HasBurst() {
 		return false
 	}
@@ -311,7 +318,7 @@ func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision, hkey string)
 		return false
 	}
 	if e.limit == it.Limit {
-		e.hkey, e.left, e.lastUse = hkey, d.Remaining, now
+		e.approx, e.left, e.lastUse = true, d.Remaining, now
 		e.demand += max(it.Hits, 1)
 		if e.avail == 0 && p.chunk(e, now) >= 2 {
 			p.ask(e, now)
@@ -421,7 +428,7 @@ func (p *leasePath) chunk(e *lease, now int64) uint64 {
 		if t >= 2 && p.plentyFor(e, t) {
 			return min(t, e.limit.Capacity())
 		}
-		if e.hkey != "" {
+		if e.approx {
 			// An approximate key: no more than plenty allows, and no
 			// chunk once that is less than minChunk (its shares then).
 			if c := p.plentyCap(e); c >= max(p.minChunk, 2) {
@@ -430,7 +437,7 @@ func (p *leasePath) chunk(e *lease, now int64) uint64 {
 			return 0
 		}
 	}
-	if e.hkey != "" {
+	if e.approx {
 		return 0
 	}
 	t := min(max(rate*p.horizon, float64(p.minChunk)), rate*float64(span))
@@ -513,7 +520,7 @@ type leaseCall struct {
 	limit algorithms.Limit
 	gen   uint64
 	sent  int64  // local µs before sending
-	hkey  string // a reserve of an approximate key: its hash of shares
+	hkey  string // a reserve's hash of approximate's shares (lease.hkey)
 }
 
 // leaseBatchKeys is the most keys of one call of lease.lua: a call costs
