@@ -511,3 +511,38 @@ func TestApproximateShareSeenByLease(t *testing.T) {
 	}
 	t.Logf("%d admitted (%d strict on A, %d on B)", admitted, strictA, strictB)
 }
+
+// TestApproximateHotKeyModestLimit: a hot approximate key whose limit is
+// plenty but whose chunks would be small beside its demand (100,000 an
+// hour: at most 100 hits a chunk) is decided by shares, locally, rather
+// than by many small chunks with strict decisions between them.
+func TestApproximateHotKeyModestLimit(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r, err := redis.New(redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("hot-%d:", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	it := backend.Item{Key: "hot", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 100_000, Window: time.Hour}, Hits: 1, Partition: 1, Consistency: backend.Approximate}
+	const workers, each = 8, 6000
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]algorithms.Decision, 1)
+			for range each {
+				if _, err := r.Apply(context.Background(), []backend.Item{it}, out); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := r.Stats().Approximate
+	if st.Strict > workers*each*15/100 {
+		t.Errorf("%d of %d decisions strict (stats %+v)", st.Strict, workers*each, st)
+	}
+	t.Logf("stats %+v, lease %+v", st, r.Stats().Lease)
+}

@@ -430,8 +430,10 @@ func (p *leasePath) chunk(e *lease, now int64) uint64 {
 		}
 		if e.approx {
 			// An approximate key: no more than plenty allows, and no
-			// chunk once that is less than minChunk (its shares then).
-			if c := p.plentyCap(e); c >= max(p.minChunk, 2) {
+			// chunk once that is less than minChunk or than its demand
+			// over a share's hold (its shares then: a hot key would
+			// reserve many small chunks, and go strict between them).
+			if c := p.plentyCap(e); c >= max(p.minChunk, 2) && float64(c) >= rate*float64(p.approxHold) {
 				return min(c, t, e.limit.Capacity())
 			}
 			return 0
