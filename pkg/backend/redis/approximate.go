@@ -94,6 +94,7 @@ type approxPath struct {
 
 	kick chan struct{}
 	stop chan struct{}
+	bg   background // the syncs' context, ended by close
 	wg   sync.WaitGroup
 
 	syncs, syncErrs, synced, over, lost, strict, chunked atomic.Uint64
@@ -382,7 +383,7 @@ func (p *approxPath) syncer() {
 			}
 		}
 		last = time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		ctx, cancel := context.WithTimeout(p.bg.ctx(), p.timeout)
 		p.sync(ctx, false)
 		cancel()
 	}
@@ -644,6 +645,7 @@ func (p *approxPath) forget(idle []*approxKey, now int64) {
 // away, by ctx's deadline.
 func (p *approxPath) close(ctx context.Context) error {
 	close(p.stop)
+	p.bg.end() // a sync to a Redis that stopped answering is not waited out
 	p.wg.Wait()
 	// No more local decisions (a request still on its way goes strict),
 	// so the last sync sends every hit.

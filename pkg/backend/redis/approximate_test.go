@@ -546,3 +546,51 @@ func TestApproximateHotKeyModestLimit(t *testing.T) {
 	}
 	t.Logf("stats %+v, lease %+v", st, r.Stats().Lease)
 }
+
+// TestCloseWithinGraceRedisFrozen: with Redis frozen while lease and
+// approximate hold chunks and shares and their background calls wait on
+// it, Close takes about CloseWriteBack, not each path's grace and the
+// background calls' timeouts in turn (1.4-3.4 s seen before).
+func TestCloseWithinGraceRedisFrozen(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const grace, readTimeout = 400 * time.Millisecond, redis.DefaultIOTimeout
+	r, err := redis.New(redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("grace-%d:", time.Now().UnixNano()), CloseWriteBack: grace, ApproximateSyncInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1_000_000, Window: time.Hour}
+	items := func(i int) []backend.Item {
+		return []backend.Item{
+			{Key: fmt.Sprintf("a%d", i), Limit: l, Hits: 1, Partition: uint64(i + 1), Consistency: backend.Approximate},
+			{Key: fmt.Sprintf("l%d", i), Limit: l, Hits: 1, Partition: uint64(i + 1), Consistency: backend.Lease},
+		}
+	}
+	apply := func(i int, d time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, _ = r.Apply(ctx, items(i), make([]algorithms.Decision, 2))
+	}
+	testutil.WaitFor(t, 10*time.Second, "decisions from chunks", func() bool {
+		for i := range 20 {
+			apply(i, time.Second)
+		}
+		st := r.Stats()
+		return st.ApproximateDecided > 0 && st.Approximate.Chunked > 0
+	})
+	srv.Pause()
+	defer srv.Resume()
+	// New keys: their refills and syncs go to the frozen Redis.
+	for i := 20; i < 60; i++ {
+		apply(i, 20*time.Millisecond)
+	}
+	start := time.Now()
+	cerr := r.Close() // its error names what could not be returned or synced
+	took := time.Since(start)
+	// Pipelines in flight may take up to the read timeout, but the stall
+	// check (50 ms) has answered them long before: the grace and some
+	// slack for a loaded machine.
+	if most := grace + 300*time.Millisecond; took > most {
+		t.Errorf("Close took %v with Redis frozen, want at most %v (CloseWriteBack %v; the read timeout, %v, bounds each background call)", took, most, grace, readTimeout)
+	}
+	t.Logf("Close took %v: %v", took, cerr)
+}

@@ -101,6 +101,7 @@ type leasePath struct {
 	perCall int            // keys per call of lease.lua (leaseBatchKeys; 1 in tests that compare)
 	timeout time.Duration  // of a pipeline of lease calls
 	stop    chan struct{}
+	bg      background // the background calls' context, ended by close
 	wg      sync.WaitGroup
 
 	chunks, granted, returned, stranded, refillErrs, returnErrs atomic.Uint64
@@ -170,6 +171,32 @@ func (r *Store) newLease(opts Options) (localPath, error) {
 	go p.refiller()
 	go p.sweeper()
 	return p, nil
+}
+
+// background is the context of a local path's background calls (refills,
+// returns, syncs, heartbeats): close ends it, so that Close does not wait
+// out such a call to a Redis that stopped answering, and spends its grace
+// on the last returns and syncs instead. A call ended so is one that
+// failed (a refill: the key strict; a return: its hits stranded; a sync:
+// its batches sent again, counted once). The zero value never ends.
+type background struct {
+	once   sync.Once
+	c      context.Context
+	cancel context.CancelFunc
+}
+
+func (b *background) init() {
+	b.once.Do(func() { b.c, b.cancel = context.WithCancel(context.Background()) })
+}
+
+func (b *background) ctx() context.Context {
+	b.init()
+	return b.c
+}
+
+func (b *background) end() {
+	b.init()
+	b.cancel()
 }
 
 // localBasics returns what a local path (lease, approximate) starts
@@ -563,7 +590,7 @@ func (p *leasePath) refiller() {
 		if len(batch) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		ctx, cancel := context.WithTimeout(p.bg.ctx(), p.timeout)
 		p.send(ctx, batch)
 		cancel()
 	}
@@ -875,7 +902,7 @@ func (p *leasePath) sendSwept(out []leaseCall) []leaseCall {
 	if len(out) == 0 {
 		return out
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	ctx, cancel := context.WithTimeout(p.bg.ctx(), p.timeout)
 	defer cancel()
 	var batch []leaseCall
 	rest := out
@@ -938,7 +965,7 @@ func mapKey(m map[string]*lease, e *lease) string {
 const instancesKey = "envoy-rls:lease-instances"
 
 func (p *leasePath) beat() {
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	ctx, cancel := context.WithTimeout(p.bg.ctx(), p.timeout)
 	defer cancel()
 	k := p.r.prefix + instancesKey
 	ms := time.Now().UnixMilli()
@@ -955,6 +982,7 @@ func (p *leasePath) beat() {
 // close gives every chunk back, by ctx's deadline.
 func (p *leasePath) close(ctx context.Context) error {
 	close(p.stop)
+	p.bg.end() // a call to a Redis that stopped answering is not waited out
 	p.wg.Wait()
 	var calls []leaseCall
 	for len(p.work) > 0 {

@@ -374,21 +374,33 @@ func (r *Store) leaseStats() LeaseStats {
 	return LeaseStats{}
 }
 
-// Close stops the store: calls waiting for a pipeline return backend.ErrClosed,
-// pipelines in flight finish (within the client's read timeout) and answer their callers, the hits
-// still waiting to be written back are written back for at most
-// Options.CloseWriteBack (see drain), and the connections close. Apply
-// returns backend.ErrClosed afterwards. Its error names the hits that could
-// not be written back. Close is idempotent.
+// Close stops the store: the local paths of lease and approximate return
+// their chunks and send their last sync, calls waiting for a pipeline
+// return backend.ErrClosed, pipelines in flight finish (within the
+// client's read timeout) and answer their callers, the hits still waiting
+// to be written back are written back, and the connections close; all of
+// it but the pipelines in flight within Options.CloseWriteBack, of which
+// the local paths take at most half. Apply returns backend.ErrClosed
+// afterwards. Its error names the hits that could not be written back or
+// synced. Close is idempotent.
 func (r *Store) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
 		r.closed.Store(true)
-		lerr := r.closeLocal(r.closeWriteBack)
+		grace, start := r.closeWriteBack, time.Now()
+		local := grace
+		if grace > 0 {
+			local = grace / 2 // the rest for the write-back
+		}
+		lerr := r.closeLocal(local)
 		close(r.stop)
 		r.wg.Wait()
 		r.unsentQueued()
-		derr := errors.Join(lerr, r.drain(r.closeWriteBack))
+		rest := grace
+		if grace > 0 {
+			rest = max(grace-time.Since(start), time.Nanosecond)
+		}
+		derr := errors.Join(lerr, r.drain(rest))
 		if r.deny != nil {
 			r.deny.StopAllGoroutines()
 		}
