@@ -342,7 +342,7 @@ func (p *approxPath) settle(it *backend.Item, h hold, commit bool, d *algorithms
 }
 
 // observe starts chunks of lease for a key that Redis allowed with plenty
-// remaining, while it has no share.
+// remaining (a share it may hold goes unused from then on).
 func (p *approxPath) observe(it *backend.Item, d *algorithms.Decision) {
 	if p.lease == nil || !d.Allowed || !approximates(&it.Limit) || !p.lease.plentyLeft(d.Remaining) {
 		return
