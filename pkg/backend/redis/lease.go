@@ -850,7 +850,9 @@ func (p *leasePath) sweeper() {
 		now := p.now()
 		idle = idle[:0]
 		soonest := now + leaseSweep.Microseconds()
+		forgetAfter := max(4*p.idle, 2*coldSpan)
 		p.mu.RLock()
+		crowded := len(p.m) >= p.maxKeys-p.maxKeys/10
 		for _, e := range p.m {
 			e.mu.Lock()
 			if e.avail > 0 && now < e.expires && e.expires < soonest && !e.limit.Algorithm.HasBurst() {
@@ -867,9 +869,13 @@ func (p *leasePath) sweeper() {
 					e.pending = true
 					out = append(out, leaseCall{e: e, op: opReserve})
 				}
-			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e) && !p.plentyFor(e, e.avail):
+			case (e.avail > 0 || e.owned > 0) && now-e.lastUse >= p.idleFor(e) &&
+				(!p.plentyFor(e, e.avail) || (crowded && now-e.lastUse >= forgetAfter)):
+				// Idle: back, even while plenty remains once LeaseKeys are
+				// nearly all held (the key is then forgotten, making room
+				// for keys in use).
 				p.giveBackTo(e, &out)
-			case e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan):
+			case e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= forgetAfter:
 				idle = append(idle, e)
 			}
 			e.mu.Unlock()
@@ -879,7 +885,7 @@ func (p *leasePath) sweeper() {
 			p.mu.Lock()
 			for _, e := range idle {
 				e.mu.Lock()
-				if e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= max(4*p.idle, 2*coldSpan) {
+				if e.avail == 0 && e.owned == 0 && !e.pending && now-e.lastUse >= forgetAfter {
 					e.returned = true
 					delete(p.m, mapKey(p.m, e))
 				}

@@ -309,3 +309,36 @@ func TestLeaseWindowEndOfManyKeys(t *testing.T) {
 		t.Errorf("%d hits returned at the window's end, want the %d held", back, held)
 	}
 }
+
+// TestLeaseKeysMakeRoom: with LeaseKeys all held by chunks kept because
+// plenty remains, a new key is strict; once those keys have been idle a
+// while (20 s) their chunks go back and they are forgotten, and the new key
+// gets a chunk.
+func TestLeaseKeysMakeRoom(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	clock := testutil.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := newClockedRedisStore(t, clock, redis.Options{URL: srv.URL(), KeyPrefix: fmt.Sprintf("room-%d:", time.Now().UnixNano()), LeaseKeys: 10})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1_000_000_000, Window: time.Hour}
+	item := func(k string) backend.Item {
+		return backend.Item{Key: k, Limit: l, Hits: 1, Partition: 1, Consistency: backend.Lease}
+	}
+	for i := range 10 {
+		redisApply(t, r, item(fmt.Sprint("old", i)))
+	}
+	testutil.WaitFor(t, 10*time.Second, "chunks for the 10 keys", func() bool { return r.Stats().Lease.Chunks >= 10 })
+	decided := r.Stats().ChunkDecided
+	for range 20 {
+		redisApply(t, r, item("new"))
+	}
+	if st := r.Stats(); st.ChunkDecided != decided {
+		t.Fatalf("the 11th key was decided from a chunk with LeaseKeys 10 (%d)", st.ChunkDecided-decided)
+	}
+	clock.Advance(25 * time.Second)
+	testutil.WaitFor(t, 10*time.Second, "a chunk for the new key", func() bool {
+		redisApply(t, r, item("new"))
+		return r.Stats().ChunkDecided > decided
+	})
+	if st := r.Stats().Lease; st.Returned == 0 {
+		t.Errorf("the idle keys' chunks were not given back: %+v", st)
+	}
+}
