@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -501,8 +502,25 @@ func TestIdleKeepAliveIsEvictedForANewHTTPClient(t *testing.T) {
 		default:
 		}
 	}
-	if n := metricValue(t, p, "envoy_rls_http_connections_evicted_total"); n < 1 {
-		t.Errorf("%v HTTP evictions counted, want at least 1", n)
+	// Scraped on a connection of its own, which the listener refuses while
+	// it still counts the new client's (closed) one beside the two open:
+	// polled until it sees that close.
+	var evicted []byte
+	testutil.WaitEvery(t, procPoll, 10*time.Second, "a scrape beside the two open connections", func() bool {
+		resp, err := once.Get(p.httpURL + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`(?m)^envoy_rls_http_connections_evicted_total (\S+)$`).FindSubmatch(body)
+		if m != nil {
+			evicted = m[1]
+		}
+		return m != nil
+	})
+	if n, err := strconv.ParseFloat(string(evicted), 64); err != nil || n < 1 {
+		t.Errorf("%s HTTP evictions counted, want at least 1", evicted)
 	}
 }
 
