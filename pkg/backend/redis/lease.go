@@ -117,7 +117,7 @@ type lease struct {
 	// may give it approximate); "" on a Cluster without a hash tag, where
 	// approximate is strict. approx: the key is approximate's here, and
 	// gets chunks only while plenty remains (see chunk).
-	hkey   string
+	hkey   string // set when the entry is made, never changed
 	approx bool
 	limit  algorithms.Limit
 	gen    uint64 // changes with each chunk, so holds of an old one are not put back
@@ -232,7 +232,7 @@ func (p *leasePath) take(it *backend.Item, d *algorithms.Decision) (hold, bool) 
 	return h, ok
 }
 
-// entry returns it's chunk on this instance, new if none, or nil when
+// entry returns the chunk of it on this instance, new if none, or nil when
 // LeaseKeys are held.
 func (p *leasePath) entry(it *backend.Item, now int64) *lease {
 	p.active.Store(true)
@@ -258,11 +258,11 @@ func (p *leasePath) entry(it *backend.Item, now int64) *lease {
 }
 
 // takeFor is take for an item of consistency lease or (approx) of
-// consistency approximate while plenty remains on it;
-// plenty reports whether chunks may still serve it (a chunk held its hits,
-// or one is on its way). An approximate key's usage accounting is charged to
-// its chunk when it fits (the chunk's hits are charged in Redis already),
-// kept whatever the verdict; strict otherwise.
+// consistency approximate while plenty remains on it; plenty reports
+// whether chunks may still serve it (a chunk held its hits, or one is on
+// its way). An approximate key's usage accounting is charged to its chunk
+// when it fits (the chunk's hits are charged in Redis already), kept
+// whatever the verdict; strict otherwise.
 func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, approx bool) (h hold, ok, plenty bool) {
 	if (it.Account && it.Hits > 0 && !approx) || !leases(&it.Limit) || (it.Limit.Algorithm.HasBurst() && (it.Partition == 0 || approx)) {
 		// A bucket's chunks need a hash of the instances' parts in its
@@ -327,9 +327,9 @@ func (p *leasePath) takeFor(it *backend.Item, d *algorithms.Decision, approx boo
 }
 
 // adopt starts chunks for an item of consistency approximate that Redis
-// just allowed with plenty remaining (d): its
-// chunk is asked for now. It reports false when no chunk can serve it (no
-// room for its key: LeaseKeys are held; or closing).
+// just allowed with plenty remaining (d): its chunk is asked for now. It
+// reports false when no chunk can serve it (no room for its key: LeaseKeys
+// are held; or closing).
 func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision) bool {
 	if !leases(&it.Limit) || it.Limit.Algorithm.HasBurst() {
 		return false
@@ -357,10 +357,7 @@ func (p *leasePath) adopt(it *backend.Item, d *algorithms.Decision) bool {
 // plentyLeft reports whether left hits remaining on a window limit are
 // plenty for chunks of approximate keys (plentyFor, for a chunk of
 // minChunk).
-func (p *leasePath) plentyLeft(left uint64) bool {
-	inst := uint64(max(p.instances.Load(), 1))
-	return left/p.plenty/inst >= p.minChunk
-}
+func (p *leasePath) plentyLeft(left uint64) bool { return p.plentyCap(left) >= p.minChunk }
 
 func (p *leasePath) settle(it *backend.Item, h hold, commit bool, d *algorithms.Decision) {
 	if commit || h.n == 0 {
@@ -419,17 +416,13 @@ const (
 // hits may be stranded: at most n per instance, no more than 1/plenty of
 // what remains.
 func (p *leasePath) plentyFor(e *lease, n uint64) bool {
-	if e.limit.Algorithm.HasBurst() {
-		return false
-	}
-	inst := uint64(max(p.instances.Load(), 1))
-	return e.left/p.plenty/inst >= n
+	return !e.limit.Algorithm.HasBurst() && p.plentyCap(e.left) >= n
 }
 
-// plentyCap is the largest chunk for which what remained on e is plenty
-// (plentyFor), e.mu held.
-func (p *leasePath) plentyCap(e *lease) uint64 {
-	return e.left / p.plenty / uint64(max(p.instances.Load(), 1))
+// plentyCap is the largest chunk per instance for which left hits
+// remaining are plenty: left / (plenty × active instances).
+func (p *leasePath) plentyCap(left uint64) uint64 {
+	return left / p.plenty / uint64(max(p.instances.Load(), 1))
 }
 
 // chunk returns the chunk e wants now (e.mu held): about horizon of its
@@ -460,7 +453,7 @@ func (p *leasePath) chunk(e *lease, now int64) uint64 {
 			// chunk once that is less than minChunk or than its demand
 			// over a share's hold (its shares then: a hot key would
 			// reserve many small chunks, and go strict between them).
-			if c := p.plentyCap(e); c >= max(p.minChunk, 2) && float64(c) >= rate*float64(p.approxHold) {
+			if c := p.plentyCap(e.left); c >= max(p.minChunk, 2) && float64(c) >= rate*float64(p.approxHold) {
 				return min(c, t, e.limit.Capacity())
 			}
 			return 0
@@ -548,8 +541,7 @@ type leaseCall struct {
 	cs    int64
 	limit algorithms.Limit
 	gen   uint64
-	sent  int64  // local µs before sending
-	hkey  string // a reserve's hash of approximate's shares (lease.hkey)
+	sent  int64 // local µs before sending
 }
 
 // leaseBatchKeys is the most keys of one call of lease.lua: a call costs
@@ -557,8 +549,12 @@ type leaseCall struct {
 const leaseBatchKeys = 128
 
 // leaseLinger is how long a refiller gathers refills and returns before it
-// sends them.
-var leaseLinger = 2 * time.Millisecond
+// sends them; leasePipelineKeys the most keys it sends in one pipeline (so
+// do the sweeper and close).
+const (
+	leaseLinger       = 2 * time.Millisecond
+	leasePipelineKeys = 256
+)
 
 // refiller sends the refills asked for, many keys per pipeline.
 func (p *leasePath) refiller() {
@@ -576,7 +572,7 @@ func (p *leasePath) refiller() {
 		// wake-up and its fixed part whatever it carries.
 		linger := time.NewTimer(leaseLinger)
 	more:
-		for len(batch) < 256 {
+		for len(batch) < leasePipelineKeys {
 			select {
 			case c := <-p.work:
 				batch = p.want(batch, c)
@@ -622,7 +618,7 @@ func (p *leasePath) want(batch []leaseCall, c leaseCall) []leaseCall {
 		e.pending = false
 		return batch
 	}
-	c = leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now, hkey: e.hkey}
+	c = leaseCall{e: e, op: opReserve, n: target - e.avail, limit: e.limit, gen: e.gen, sent: now}
 	if e.limit.Algorithm.HasBurst() {
 		c.used = e.owned - min(e.avail, e.owned)
 	}
@@ -740,7 +736,7 @@ func (p *leasePath) leaseArgs(calls []leaseCall, g []int, now, inst int64) []any
 // shares reports whether c is a reserve that sees an approximate key's
 // shares (its hash goes beside its key).
 func (c *leaseCall) shares() bool {
-	return c.op == opReserve && c.hkey != "" && !c.limit.Algorithm.HasBurst()
+	return c.op == opReserve && c.e.hkey != "" && !c.limit.Algorithm.HasBurst()
 }
 
 // leaseKeys are a call's KEYS: per key its state, and for a bucket the
@@ -755,7 +751,7 @@ func (p *leasePath) leaseKeys(calls []leaseCall, g []int) []string {
 		if c.limit.Algorithm.HasBurst() {
 			keys = append(keys, c.e.key+":lease")
 		} else if c.shares() {
-			keys = append(keys, c.hkey)
+			keys = append(keys, c.e.hkey)
 		}
 	}
 	return keys
@@ -898,8 +894,8 @@ func (p *leasePath) sweeper() {
 	}
 }
 
-// sendSwept sends the returns and renewals of a sweep itself, 256 keys per
-// pipeline, rather than through the work queue, which a window's end of
+// sendSwept sends the returns and renewals of a sweep itself,
+// leasePipelineKeys per pipeline, rather than through the work queue, which a window's end of
 // thousands of keys would overflow (returns dropped to stranded, renewals
 // lost). All within one call's timeout, and given up at Close: what is
 // not sent then is counted stranded (returns) or left to the next take
@@ -912,14 +908,8 @@ func (p *leasePath) sendSwept(out []leaseCall) []leaseCall {
 	defer cancel()
 	var batch []leaseCall
 	rest := out
-	for len(rest) > 0 && ctx.Err() == nil {
-		select {
-		case <-p.stop:
-			cancel()
-			continue
-		default:
-		}
-		n := min(len(rest), 256)
+	for len(rest) > 0 && ctx.Err() == nil { // close ends p.bg, so ctx
+		n := min(len(rest), leasePipelineKeys)
 		batch = batch[:0]
 		for _, c := range rest[:n] {
 			batch = p.want(batch, c)
@@ -1013,7 +1003,7 @@ func (p *leasePath) close(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	for len(calls) > 0 {
-		n := min(len(calls), 256)
+		n := min(len(calls), leasePipelineKeys)
 		p.send(ctx, calls[:n])
 		calls = calls[n:]
 	}
