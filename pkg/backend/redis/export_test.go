@@ -20,6 +20,11 @@ func RedisKey(prefix string, it backend.Item) string { return redisKey(prefix, &
 // server without functions (Redis before 7.0).
 func ForceEval(s *Store) { s.evalOnly.Store(true) }
 
+// ProbeWarm reports whether a PING was answered on the probe connection of
+// s's node (standalone or Sentinel): a stall's probe then needs no
+// handshake.
+func ProbeWarm(s *Store) bool { return s.health != nil && s.health.one.warmed.Load() }
+
 // NewWithClock is New with the script's instant read from clock instead of
 // Redis's TIME (see newStore).
 func NewWithClock(opts Options, clock backend.Clock) (*Store, error) { return newStore(opts, clock) }

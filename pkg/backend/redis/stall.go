@@ -116,6 +116,11 @@ type nodeHealth struct {
 	refused  atomic.Int64 // h.now() when a call was last refused for it
 	suspect  atomic.Bool  // a pipeline failed on its connection
 	probing  atomic.Bool
+	// warming: the PING that opens the probe's connection is under way.
+	// It does not hold off a probe (a freeze may meet it: it would wait
+	// for the read timeout).
+	warming atomic.Bool
+	warmed  atomic.Bool // a PING was answered on the probe's connection
 	// cause is why the probe that found it down failed (an error).
 	cause atomic.Pointer[error]
 
@@ -341,12 +346,14 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 		case n.inflight.Load() > 0 && !n.warm:
 			// The node has traffic: open the probe's connection ahead
 			// of need, so that a stall's PING does not wait for one.
+			// A probe due meanwhile runs all the same (its PING waits
+			// for the connection within its own deadline).
 			n.warm = true
-			n.probing.Store(true)
+			n.warming.Store(true)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer n.probing.Store(false)
+				defer n.warming.Store(false)
 				n.warmUp()
 			}()
 			return
@@ -386,7 +393,9 @@ func (n *nodeHealth) warmUp() {
 	p := n.probe
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), n.h.downProbe)
-	_ = p.Ping(ctx).Err()
+	if p.Ping(ctx).Err() == nil {
+		n.warmed.Store(true)
+	}
 	cancel()
 }
 
@@ -406,7 +415,7 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	// stall timeout, so that a server busy with long pipelines answers in
 	// time.
 	timeout := h.stall + time.Duration(h.pipelines+1)*time.Duration(h.slow.Load())
-	if p.PoolStats().TotalConns == 0 {
+	if p.PoolStats().TotalConns == 0 || n.warming.Load() {
 		// A new connection first: its handshake waits the same way.
 		timeout += h.stall
 	}
@@ -465,6 +474,7 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 		return
 	}
 	// It answers: a stall was a busy server, or the node is back.
+	n.warmed.Store(true)
 	n.progress.Store(h.now())
 	n.up()
 }

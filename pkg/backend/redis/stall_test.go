@@ -125,46 +125,84 @@ func stallLimit() algorithms.Limit {
 	return algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}
 }
 
+// healthLog records a store's OnNodeHealth events and when they came.
+type healthLog struct {
+	mu     sync.Mutex
+	events []redis.NodeHealth
+	at     []time.Time
+}
+
+func (l *healthLog) note(h redis.NodeHealth) {
+	l.mu.Lock()
+	l.events = append(l.events, h)
+	l.at = append(l.at, time.Now())
+	l.mu.Unlock()
+}
+
+// firstDown returns when the first down event came (zero when none did).
+func (l *healthLog) firstDown() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, e := range l.events {
+		if e.Down {
+			return l.at[i]
+		}
+	}
+	return time.Time{}
+}
+
+// check reports unless the events are a down then an up.
+func (l *healthLog) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.events; len(e) != 2 || !e[0].Down || e[0].Err == nil || e[1].Down || e[1].For <= 0 {
+		t.Errorf("OnNodeHealth got %+v, want a down then an up", e)
+	}
+}
+
 // TestStallFrozen: Redis frozen (SIGSTOP) under a load of callers with 2 s
 // deadlines. The store notices it within twice the stall timeout (plus its
 // tick, the round trips its PING may wait behind, and the measured
-// scheduling slack), not at the callers' deadline: every later call
-// answers ErrNodeDown at once. Resumed (SIGCONT), Redis decides again by
-// itself, and the calls that were in flight are resolved by their replies
-// (nothing counts as maybe charged).
+// scheduling slack), not at the callers' deadline: every call sent later
+// answers ErrNodeDown at once. (The calls already in flight wait for their
+// replies: the read timeout here outlasts the freeze.) Resumed (SIGCONT),
+// Redis decides again by itself, and the calls that were in flight are
+// resolved by their replies (nothing counts as maybe charged).
 func TestStallFrozen(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	const stall = 30 * time.Millisecond
-	var events []redis.NodeHealth
-	var evMu sync.Mutex
-	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: stall, OnNodeHealth: func(h redis.NodeHealth) {
-		evMu.Lock()
-		events = append(events, h)
-		evMu.Unlock()
-	}})
+	var hl healthLog
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: stall, ReadTimeout: 5 * time.Second, OnNodeHealth: hl.note})
 	ld := startStallLoad(r, 8, 2*time.Second, func(c int) backend.Item { return backend.Item{Key: fmt.Sprint("k", c), Limit: stallLimit(), Hits: 1} })
 	defer ld.halt()
 	ok := func(s stallResult) bool { return s.err == nil }
 	testutil.WaitFor(t, 10*time.Second, "calls succeed", func() bool { return ld.count(time.Time{}, ok) > 100 })
 	healthyFrom := time.Now()
 	testutil.WaitFor(t, 10*time.Second, "a healthy baseline", func() bool { return ld.count(healthyFrom, ok) > 100 })
+	// The probe's connection is opened once the node has traffic: the
+	// bound below is for a freeze that finds it open (a freeze before it
+	// is TestStallFrozenBeforeFirstCall's).
+	testutil.WaitFor(t, 10*time.Second, "the probe's connection open", func() bool { return redis.ProbeWarm(r) })
 	rtt := ld.slowest(healthyFrom)
 
 	probe := schedprobe.Start()
 	srv.Pause()
 	paused := time.Now()
+	testutil.WaitFor(t, 10*time.Second, "the node found down", func() bool { return !hl.firstDown().IsZero() })
+	tripped := hl.firstDown()
+	noticed := tripped.Sub(paused)
+	// Calls sent once it is down answer at once (well before their
+	// deadline), when the callers' calls in flight have come back.
 	testutil.WaitFor(t, 10*time.Second, "calls answer ErrNodeDown", func() bool {
-		return ld.count(paused, func(s stallResult) bool { return errors.Is(s.err, redis.ErrNodeDown) }) > 100
+		return ld.countStarted(tripped, func(s stallResult) bool { return errors.Is(s.err, redis.ErrNodeDown) }) > 100
 	})
-	noticed := ld.firstDown(paused).Sub(paused)
-	// After the trip, a call answers at once: well before its deadline.
-	tripped := ld.firstDown(paused)
 	slowest := ld.slowest(tripped)
 	// No reply for the stall timeout, noticed within a tick, then a
 	// PING that fails after the stall timeout and twice the recent
 	// longest round trip (one pipeline in flight, and one more; a healthy
-	// call's latency is at least a round trip); the probe's connection
-	// was opened with the first calls.
+	// call's latency is at least a round trip) on the probe's open
+	// connection.
 	bound := 2*stall + stall/4 + 2*rtt
 	slack := probe.Stop()
 	if noticed > bound+slack {
@@ -187,12 +225,39 @@ func TestStallFrozen(t *testing.T) {
 	if st.LateUnsure != 0 {
 		t.Errorf("%d calls in flight at the freeze count as maybe charged: their pipeline did not wait for its replies", st.LateUnsure)
 	}
-	evMu.Lock()
-	if len(events) != 2 || !events[0].Down || events[0].Err == nil || events[1].Down || events[1].For <= 0 {
-		t.Errorf("OnNodeHealth got %+v, want a down then an up", events)
-	}
-	evMu.Unlock()
+	hl.check(t)
 	t.Logf("noticed after %v (bound %v + slack %v), slowest call after %v; stats %+v", noticed, bound, slack, slowest, st)
+}
+
+// TestStallFrozenBeforeFirstCall: Redis frozen before the store's first
+// call, so that the first pipelines, and the PING that opens the probe's
+// connection, meet the freeze. It is noticed within the bound of a freeze
+// under way (with a new connection's handshake for the probe's PING), not
+// when the opening PING gives up at the read timeout.
+func TestStallFrozenBeforeFirstCall(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	const stall = 30 * time.Millisecond
+	var hl healthLog
+	r := newRedisStore(t, redis.Options{URL: srv.URL(), StallTimeout: stall, ReadTimeout: 5 * time.Second, OnNodeHealth: hl.note})
+	probe := schedprobe.Start()
+	srv.Pause()
+	paused := time.Now()
+	ld := startStallLoad(r, 8, 2*time.Second, func(c int) backend.Item { return backend.Item{Key: fmt.Sprint("k", c), Limit: stallLimit(), Hits: 1} })
+	defer ld.halt()
+	testutil.WaitFor(t, 10*time.Second, "the node found down", func() bool { return !hl.firstDown().IsZero() })
+	noticed := hl.firstDown().Sub(paused)
+	slack := probe.Stop()
+	// No progress for the stall timeout (a tick to notice it), then a
+	// PING on a new connection: the stall timeout twice.
+	if bound := 3*stall + stall/4; noticed > bound+slack {
+		t.Errorf("a freeze before the first call was noticed after %v, want within %v (+ measured scheduling slack %v)", noticed, bound, slack)
+	}
+	srv.Resume()
+	resumed := time.Now()
+	ok := func(s stallResult) bool { return s.err == nil }
+	testutil.WaitFor(t, 10*time.Second, "calls succeed once resumed", func() bool { return ld.count(resumed, ok) > 100 })
+	hl.check(t)
+	t.Logf("noticed after %v (slack %v); stats %+v", noticed, slack, r.Stats())
 }
 
 // TestStallKilled: Redis killed under load: the first failed connection
