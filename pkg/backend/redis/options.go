@@ -135,11 +135,12 @@ type Options struct {
 	// WriteBackKeys bounds the keys whose hits wait to be written back;
 	// zero selects DefaultWriteBackKeys.
 	WriteBackKeys int
-	// CloseWriteBack bounds how long Close takes, beside pipelines in
-	// flight (within ReadTimeout): the local paths of lease and
-	// approximate return and sync what they hold within half of it, and
-	// the hits still waiting are written back within the rest (Redis may
-	// be away when the store closes); zero selects DefaultCloseWriteBack,
+	// CloseWriteBack bounds how long Close takes: the local paths of lease
+	// and approximate return and sync what they hold within half of it,
+	// the pipelines in flight get until three quarters of it (then their
+	// reads end; without the stall check they take up to ReadTimeout),
+	// and the hits still waiting are written back within the rest (Redis
+	// may be away when the store closes); zero selects DefaultCloseWriteBack,
 	// a negative value drops them at once. Hits not written back by then
 	// are counted (Stats.WriteBackDroppedAtClose) and named in Close's
 	// error.

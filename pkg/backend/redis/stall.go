@@ -499,7 +499,12 @@ func (n *nodeHealth) up() {
 func (n *nodeHealth) endReads() {
 	// Reads that began since the stall did not see it all: a command
 	// sent later (by another path of the store) has its own deadline.
-	before := n.h.now() - int64(n.h.stall)
+	n.endReadsSince(n.h.now() - int64(n.h.stall))
+}
+
+// endReadsSince ends the reads on n's connections that began at before or
+// earlier.
+func (n *nodeHealth) endReadsSince(before int64) {
 	n.mu.Lock()
 	var conns []*trackedConn
 	for c := range n.conns {
@@ -511,6 +516,22 @@ func (n *nodeHealth) endReads() {
 	for _, c := range conns {
 		// go-redis set its own read deadline before the read began.
 		_ = c.Conn.SetReadDeadline(time.Now())
+	}
+}
+
+// endAllReads ends the reads waiting on every node's connections (Close,
+// once its grace for the pipelines in flight is spent).
+func (h *health) endAllReads() {
+	now := h.now()
+	h.one.endReadsSince(now)
+	h.mu.Lock()
+	nodes := make([]*nodeHealth, 0, len(h.nodes))
+	for _, n := range h.nodes {
+		nodes = append(nodes, n)
+	}
+	h.mu.Unlock()
+	for _, n := range nodes {
+		n.endReadsSince(now)
 	}
 }
 

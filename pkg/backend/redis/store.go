@@ -376,13 +376,16 @@ func (r *Store) leaseStats() LeaseStats {
 
 // Close stops the store: the local paths of lease and approximate return
 // their chunks and send their last sync, calls waiting for a pipeline
-// return backend.ErrClosed, pipelines in flight finish (within the
-// client's read timeout) and answer their callers, the hits still waiting
-// to be written back are written back, and the connections close; all of
-// it but the pipelines in flight within Options.CloseWriteBack, of which
-// the local paths take at most half. Apply returns backend.ErrClosed
-// afterwards. Its error names the hits that could not be written back or
-// synced. Close is idempotent.
+// return backend.ErrClosed, pipelines in flight finish and answer their
+// callers, the hits still waiting to be written back are written back, and
+// the connections close; all of it within Options.CloseWriteBack, of which
+// the local paths take at most half, and they and the pipelines in flight
+// three quarters: the reads still waiting then (a frozen Redis) end, and
+// their calls are resolved as timed out (Store.degrade). (Without the
+// stall check, Options.StallTimeout negative, the pipelines in flight take
+// up to the read timeout.) Apply returns backend.ErrClosed afterwards. Its
+// error names the hits that could not be written back or synced. Close is
+// idempotent.
 func (r *Store) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
@@ -394,7 +397,7 @@ func (r *Store) Close() error {
 		}
 		lerr := r.closeLocal(local)
 		close(r.stop)
-		r.wg.Wait()
+		r.waitWorkers(start, grace)
 		r.unsentQueued()
 		rest := grace
 		if grace > 0 {
@@ -407,6 +410,30 @@ func (r *Store) Close() error {
 		err = errors.Join(derr, r.client.Close())
 	})
 	return err
+}
+
+// waitWorkers waits for the workers to return (Close): their pipelines in
+// flight, until three quarters of grace from start (when grace > 0 and the
+// stall check tracks the connections); the reads still waiting then end.
+func (r *Store) waitWorkers(start time.Time, grace time.Duration) {
+	if grace <= 0 || r.health == nil {
+		r.wg.Wait()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(max(time.Until(start.Add(grace*3/4)), 0))
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	r.health.endAllReads()
+	<-done
 }
 
 // Apply implements Store. See Redis for the atomicity it guarantees. It
