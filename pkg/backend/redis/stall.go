@@ -118,7 +118,7 @@ type nodeHealth struct {
 	probing  atomic.Bool
 	// warming: the PING that opens the probe's connection is under way.
 	// It does not hold off a probe (a freeze may meet it: it would wait
-	// for the read timeout).
+	// for the read timeout); a probe due meanwhile takes its answer.
 	warming atomic.Bool
 	warmed  atomic.Bool // a PING was answered on the probe's connection
 	// cause is why the probe that found it down failed (an error).
@@ -132,6 +132,9 @@ type nodeHealth struct {
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{} // its open connections (of the store's client)
 	probe goredis.UniversalClient
+	// warmDone closes when the warm-up's PING has its answer, warmErr.
+	warmDone chan struct{}
+	warmErr  error
 }
 
 func newHealth(stall time.Duration, notify func(NodeHealth)) *health {
@@ -349,12 +352,16 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 			// A probe due meanwhile runs all the same (its PING waits
 			// for the connection within its own deadline).
 			n.warm = true
+			done := make(chan struct{})
+			n.mu.Lock()
+			n.warmDone = done
+			n.mu.Unlock()
 			n.warming.Store(true)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer n.warming.Store(false)
-				n.warmUp()
+				n.warmUp(done)
 			}()
 			return
 		default:
@@ -384,8 +391,9 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 	}
 }
 
-// warmUp opens n's probe connection (a PING that decides nothing).
-func (n *nodeHealth) warmUp() {
+// warmUp opens n's probe connection with a PING, whose answer closes done
+// (a probe due meanwhile takes it: see runProbe).
+func (n *nodeHealth) warmUp(done chan struct{}) {
 	n.mu.Lock()
 	if n.probe == nil {
 		n.probe = n.h.newProbe(n.addr)
@@ -393,10 +401,42 @@ func (n *nodeHealth) warmUp() {
 	p := n.probe
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), n.h.downProbe)
-	if p.Ping(ctx).Err() == nil {
+	err := p.Ping(ctx).Err()
+	cancel()
+	if err == nil {
 		n.warmed.Store(true)
 	}
-	cancel()
+	n.mu.Lock()
+	n.warmErr = err
+	n.mu.Unlock()
+	close(done)
+}
+
+// ping PINGs n on p within timeout. While the warm-up's PING is under way
+// on the probe's one connection, its answer is the probe's: it was sent
+// earlier, so it is at least as lenient as a PING of its own, which would
+// wait behind it.
+func (n *nodeHealth) ping(p goredis.UniversalClient, timeout time.Duration, stop <-chan struct{}) error {
+	n.mu.Lock()
+	done := n.warmDone
+	n.mu.Unlock()
+	if done != nil && n.warming.Load() {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-done:
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return n.warmErr
+		case <-t.C:
+			return context.DeadlineExceeded
+		case <-stop:
+			return goredis.ErrClosed
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return p.Ping(ctx).Err()
 }
 
 // runProbe PINGs n on its probe connection and marks n down or up.
@@ -416,7 +456,8 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	// time.
 	timeout := h.stall + time.Duration(h.pipelines+1)*time.Duration(h.slow.Load())
 	if p.PoolStats().TotalConns == 0 || n.warming.Load() {
-		// A new connection first: its handshake waits the same way.
+		// A new connection first (or the warm-up's, under way): its
+		// handshake waits the same way.
 		timeout += h.stall
 	}
 	if n.down.Load() {
@@ -426,9 +467,7 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 		timeout = max(timeout, h.downProbe)
 	}
 	start := h.now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	err := p.Ping(ctx).Err()
-	cancel()
+	err := n.ping(p, timeout, stop)
 	if err != nil && !n.down.Load() {
 		if n.progress.Load() >= start {
 			// A reply came back on the store's connections meanwhile:
@@ -521,9 +560,15 @@ func (n *nodeHealth) endReadsSince(before int64) {
 
 // endAllReads ends the reads waiting on every node's connections (Close,
 // once its grace for the pipelines in flight is spent).
-func (h *health) endAllReads() {
-	now := h.now()
-	h.one.endReadsSince(now)
+func (h *health) endAllReads() { h.endReadsBefore(h.now()) }
+
+// endStuckReads ends the reads on every node's connections that began a
+// stall timeout ago or earlier (Close: a healthy server answers well
+// within it).
+func (h *health) endStuckReads() { h.endReadsBefore(h.now() - int64(h.stall)) }
+
+func (h *health) endReadsBefore(before int64) {
+	h.one.endReadsSince(before)
 	h.mu.Lock()
 	nodes := make([]*nodeHealth, 0, len(h.nodes))
 	for _, n := range h.nodes {
@@ -531,7 +576,7 @@ func (h *health) endAllReads() {
 	}
 	h.mu.Unlock()
 	for _, n := range nodes {
-		n.endReadsSince(now)
+		n.endReadsSince(before)
 	}
 }
 
