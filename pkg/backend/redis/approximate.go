@@ -645,8 +645,8 @@ func (p *approxPath) forget(idle []*approxKey, now int64) {
 // away, by ctx's deadline.
 func (p *approxPath) close(ctx context.Context) error {
 	close(p.stop)
-	p.bg.end() // a sync to a Redis that stopped answering is not waited out
-	p.wg.Wait()
+	p.bg.end()
+	p.r.waitCut(&p.wg) // a sync to a Redis that stopped answering is not waited out
 	// No more local decisions (a request still on its way goes strict),
 	// so the last sync sends every hit.
 	p.mu.RLock()

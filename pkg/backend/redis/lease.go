@@ -978,8 +978,8 @@ func (p *leasePath) beat() {
 // close gives every chunk back, by ctx's deadline.
 func (p *leasePath) close(ctx context.Context) error {
 	close(p.stop)
-	p.bg.end() // a call to a Redis that stopped answering is not waited out
-	p.wg.Wait()
+	p.bg.end()
+	p.r.waitCut(&p.wg) // a call to a Redis that stopped answering is not waited out
 	var calls []leaseCall
 	for len(p.work) > 0 {
 		if c := <-p.work; c.op == opReturn {

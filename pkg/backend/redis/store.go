@@ -436,6 +436,34 @@ func (r *Store) waitWorkers(start time.Time, grace time.Duration) {
 	<-done
 }
 
+// waitCut waits for wg: the background calls of a local path (lease,
+// approximate) at Close. go-redis does not end a read when its context is
+// canceled, so a call whose reply has not come for the stall timeout (a
+// frozen Redis) is cut short: its read ends, as a timeout. Without the
+// stall check (no tracked connections) it waits, within the read timeout.
+func (r *Store) waitCut(wg *sync.WaitGroup) {
+	h := r.health
+	if h == nil {
+		wg.Wait()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	tick := time.NewTicker(max(h.stall/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			h.endStuckReads()
+		}
+	}
+}
+
 // Apply implements Store. See Redis for the atomicity it guarantees. It
 // returns backend.ErrClosed after Close. When Redis cannot answer before ctx
 // ends (ctx may be done already: the call is then not sent), fails, or
