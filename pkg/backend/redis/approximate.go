@@ -646,7 +646,7 @@ func (p *approxPath) forget(idle []*approxKey, now int64) {
 func (p *approxPath) close(ctx context.Context) error {
 	close(p.stop)
 	p.bg.end()
-	p.r.waitCut(&p.wg) // a sync to a Redis that stopped answering is not waited out
+	p.r.waitCut(ctx, &p.wg, true) // a sync to a Redis that stopped answering is not waited out
 	// No more local decisions (a request still on its way goes strict),
 	// so the last sync sends every hit.
 	p.mu.RLock()

@@ -979,7 +979,7 @@ func (p *leasePath) beat() {
 func (p *leasePath) close(ctx context.Context) error {
 	close(p.stop)
 	p.bg.end()
-	p.r.waitCut(&p.wg) // a call to a Redis that stopped answering is not waited out
+	p.r.waitCut(ctx, &p.wg, true) // a call to a Redis that stopped answering is not waited out
 	var calls []leaseCall
 	for len(p.work) > 0 {
 		if c := <-p.work; c.op == opReturn {

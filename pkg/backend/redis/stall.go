@@ -87,6 +87,7 @@ type health struct {
 	nodes map[string]*nodeHealth // a Cluster's, by address
 
 	down    atomic.Int32 // nodes down
+	closed  atomic.Bool  // the probes are closed: no new probe client
 	trips   atomic.Uint64
 	returns atomic.Uint64
 	probes  atomic.Uint64
@@ -394,12 +395,14 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 // warmUp opens n's probe connection with a PING, whose answer closes done
 // (a probe due meanwhile takes it: see runProbe).
 func (n *nodeHealth) warmUp(done chan struct{}) {
-	n.mu.Lock()
-	if n.probe == nil {
-		n.probe = n.h.newProbe(n.addr)
+	p := n.probeClient()
+	if p == nil {
+		n.mu.Lock()
+		n.warmErr = goredis.ErrClosed
+		n.mu.Unlock()
+		close(done)
+		return
 	}
-	p := n.probe
-	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), n.h.downProbe)
 	err := p.Ping(ctx).Err()
 	cancel()
@@ -410,6 +413,17 @@ func (n *nodeHealth) warmUp(done chan struct{}) {
 	n.warmErr = err
 	n.mu.Unlock()
 	close(done)
+}
+
+// probeClient returns n's probe client, new if none, nil once the probes
+// are closed (Store.Close).
+func (n *nodeHealth) probeClient() goredis.UniversalClient {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probe == nil && !n.h.closed.Load() {
+		n.probe = n.h.newProbe(n.addr)
+	}
+	return n.probe
 }
 
 // ping PINGs n on p within timeout. While the warm-up's PING is under way
@@ -442,12 +456,10 @@ func (n *nodeHealth) ping(p goredis.UniversalClient, timeout time.Duration, stop
 // runProbe PINGs n on its probe connection and marks n down or up.
 func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	h := n.h
-	n.mu.Lock()
-	if n.probe == nil {
-		n.probe = h.newProbe(n.addr)
+	p := n.probeClient()
+	if p == nil {
+		return
 	}
-	p := n.probe
-	n.mu.Unlock()
 	h.probes.Add(1)
 	// A PING waits behind the script calls Redis is running (a script
 	// runs whole), at most those of the pipelines in flight and one more:
@@ -488,10 +500,13 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	if err != nil {
 		// A fresh client at the next probe: go-redis's pool refuses to
 		// dial again for a second after a failed dial.
+		// A warm-up still under way was on it: the next probe PINGs on
+		// its own.
 		n.mu.Lock()
 		if n.probe == p {
 			n.probe = nil
 		}
+		n.warmDone = nil
 		n.mu.Unlock()
 		_ = p.Close()
 		n.cause.Store(&err)
@@ -562,32 +577,41 @@ func (n *nodeHealth) endReadsSince(before int64) {
 // once its grace for the pipelines in flight is spent).
 func (h *health) endAllReads() { h.endReadsBefore(h.now()) }
 
-// endStuckReads ends the reads on every node's connections that began a
-// stall timeout ago or earlier (Close: a healthy server answers well
-// within it).
-func (h *health) endStuckReads() { h.endReadsBefore(h.now() - int64(h.stall)) }
+// endStuckReads ends the reads that a node has left unanswered for as long
+// as a probe's PING may wait (see runProbe), on the nodes down or with no
+// progress for that long (Close): a busy server's replies keep coming, or
+// come within it.
+func (h *health) endStuckReads() {
+	now := h.now()
+	budget := int64(h.stall) + int64(h.pipelines+1)*h.slow.Load()
+	for _, n := range h.allNodes() {
+		if n.down.Load() || now-n.progress.Load() >= budget {
+			n.endReadsSince(now - budget)
+		}
+	}
+}
 
 func (h *health) endReadsBefore(before int64) {
-	h.one.endReadsSince(before)
-	h.mu.Lock()
-	nodes := make([]*nodeHealth, 0, len(h.nodes))
-	for _, n := range h.nodes {
-		nodes = append(nodes, n)
-	}
-	h.mu.Unlock()
-	for _, n := range nodes {
+	for _, n := range h.allNodes() {
 		n.endReadsSince(before)
 	}
 }
 
-func (h *health) closeProbes() {
-	all := []*nodeHealth{h.one}
+// allNodes returns the nodes: the one node, and a Cluster's.
+func (h *health) allNodes() []*nodeHealth {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	nodes := make([]*nodeHealth, 0, len(h.nodes)+1)
+	nodes = append(nodes, h.one)
 	for _, n := range h.nodes {
-		all = append(all, n)
+		nodes = append(nodes, n)
 	}
-	h.mu.Unlock()
-	for _, n := range all {
+	return nodes
+}
+
+func (h *health) closeProbes() {
+	h.closed.Store(true)
+	for _, n := range h.allNodes() {
 		n.mu.Lock()
 		if n.probe != nil {
 			_ = n.probe.Close()

@@ -414,34 +414,25 @@ func (r *Store) Close() error {
 
 // waitWorkers waits for the workers to return (Close): their pipelines in
 // flight, until three quarters of grace from start (when grace > 0 and the
-// stall check tracks the connections); the reads still waiting then end.
+// stall check tracks the connections); from then on the reads waiting end.
 func (r *Store) waitWorkers(start time.Time, grace time.Duration) {
 	if grace <= 0 || r.health == nil {
 		r.wg.Wait()
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(max(time.Until(start.Add(grace*3/4)), 0))
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
-	r.health.endAllReads()
-	<-done
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(grace*3/4))
+	defer cancel()
+	r.waitCut(ctx, &r.wg, false)
 }
 
-// waitCut waits for wg: the background calls of a local path (lease,
-// approximate) at Close. go-redis does not end a read when its context is
-// canceled, so a call whose reply has not come for the stall timeout (a
-// frozen Redis) is cut short: its read ends, as a timeout. Without the
-// stall check (no tracked connections) it waits, within the read timeout.
-func (r *Store) waitCut(wg *sync.WaitGroup) {
+// waitCut waits for wg at Close: the background calls of a local path
+// (lease, approximate), or the workers. go-redis ends a read at its
+// deadline, not when its context is canceled, so reads are cut short (they
+// end as timeouts): with stuck, those a node down or silent has left
+// unanswered for as long as a probe's PING may wait (see endStuckReads);
+// once ctx is done, every read still waiting. Without the stall check (no
+// tracked connections) it waits, within the read timeout.
+func (r *Store) waitCut(ctx context.Context, wg *sync.WaitGroup, stuck bool) {
 	h := r.health
 	if h == nil {
 		wg.Wait()
@@ -454,11 +445,19 @@ func (r *Store) waitCut(wg *sync.WaitGroup) {
 	}()
 	tick := time.NewTicker(max(h.stall/4, time.Millisecond))
 	defer tick.Stop()
+	expired := ctx.Done()
 	for {
 		select {
 		case <-done:
 			return
 		case <-tick.C:
+		case <-expired:
+			expired = nil // from now on at each tick
+		}
+		switch {
+		case ctx.Err() != nil:
+			h.endAllReads()
+		case stuck:
 			h.endStuckReads()
 		}
 	}
