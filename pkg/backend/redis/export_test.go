@@ -25,6 +25,10 @@ func ForceEval(s *Store) { s.evalOnly.Store(true) }
 // handshake.
 func ProbeWarm(s *Store) bool { return s.health != nil && s.health.one.warmed.Load() }
 
+// EndStuckReads runs on s what Close runs while it waits for the
+// background calls of lease and approximate (see Store.waitCut).
+func EndStuckReads(s *Store) { s.health.endStuckReads() }
+
 // NewWithClock is New with the script's instant read from clock instead of
 // Redis's TIME (see newStore).
 func NewWithClock(opts Options, clock backend.Clock) (*Store, error) { return newStore(opts, clock) }

@@ -356,6 +356,81 @@ func TestStallOverloadNoTrip(t *testing.T) {
 	t.Logf("%d calls, %d probes, %d round trips", calls.Load(), st.StallProbes, st.RoundTrips)
 }
 
+// TestCloseBusyRedisCutsNothing: a healthy Redis kept busy by long
+// pipelines (as in TestStallOverloadNoTrip: their replies come only when
+// all their scripts ran, often after more than the 10 ms stall timeout),
+// with lease chunks being reserved. What Close does to stuck reads while
+// it waits for lease's background calls, run every 2 ms for 300 ms, cuts
+// none of its reads (cutting those older than the stall timeout failed
+// calls), and Close itself cuts none either: every call ends decided or
+// refused as closed, none counts as maybe charged.
+func TestCloseBusyRedisCutsNothing(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	r, err := redis.New(redis.Options{URL: srv.URL(), StallTimeout: 10 * time.Millisecond, Pipelines: 2, ReadTimeout: time.Minute, WriteTimeout: time.Minute, CloseWriteBack: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisApply(t, r, backend.Item{Key: "warm", Limit: stallLimit(), Hits: 1})
+	const items = 64
+	var calls atomic.Int64
+	var mu sync.Mutex
+	var others []error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 64; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			its := make([]backend.Item, items+1)
+			for i := 0; i < items; i++ {
+				its[i] = backend.Item{Key: fmt.Sprintf("busy-%d-%d", c, i), Limit: stallLimit(), Hits: 1}
+			}
+			out := make([]algorithms.Decision, len(its))
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A lease key new every few calls: its reservations go to
+				// the busy Redis in the background.
+				its[items] = backend.Item{Key: fmt.Sprintf("lease-%d-%d", c, n/4), Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Requests: 1 << 30, Window: time.Hour}, Hits: 1, Consistency: backend.Lease}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, err := r.Apply(ctx, its, out)
+				cancel()
+				calls.Add(1)
+				if errors.Is(err, backend.ErrClosed) {
+					return
+				}
+				if err != nil {
+					mu.Lock()
+					others = append(others, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	testutil.WaitFor(t, 60*time.Second, "a busy Redis with chunks out", func() bool {
+		st := r.Stats()
+		return calls.Load() >= 1000 && st.StallProbes >= 1 && st.Lease.Chunks >= 10
+	})
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		redis.EndStuckReads(r)
+	}
+	cerr := r.Close()
+	close(stop)
+	wg.Wait()
+	st := r.Stats()
+	if len(others) > 0 || cerr != nil {
+		t.Errorf("%d calls failed otherwise than closed (first: %v); Close: %v", len(others), others[0:min(1, len(others))], cerr)
+	}
+	// (Refills still queued at Close fail unsent: their context ends.)
+	if st.LateUnsure != 0 || st.NodeTrips != 0 || st.Lease.ReturnErrors != 0 {
+		t.Errorf("a busy Redis was cut short: %d calls maybe charged, %d trips, lease %+v", st.LateUnsure, st.NodeTrips, st.Lease)
+	}
+	t.Logf("%d calls, %d probes, lease %+v", calls.Load(), st.StallProbes, st.Lease)
+}
+
 // TestStallClusterOneMaster: one master of a 3-master Cluster frozen:
 // calls on its slots answer ErrNodeDown once it is noticed, calls on the
 // other masters' slots keep being decided by Redis at their usual latency
