@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,26 +80,38 @@ func onWorker() bool {
 // worker for every RLQS stream it admits beside the RLS ones, so RLS calls
 // still run on workers while every RLQS stream is open (each holds one
 // for its life). Without the extra workers they would not.
+//
+// grpc-go hands a stream to a worker only if one is waiting at that
+// instant (else to a goroutine of its own), and a server just started may
+// not have its workers waiting yet: a round whose RLQS streams did not all
+// land on workers shows nothing, and runs again.
 func TestRLQSStreamsDoNotTakeRLSWorkers(t *testing.T) {
 	cfg, err := descriptors.Parse("q.yaml", []byte("domain: q\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, extra := range []bool{true, false} {
-		o, err := parseServe([]string{"--config", "x.yaml", "--rlqs", "--grpc-stream-workers", "2", "--rlqs-max-streams", "3"}, io.Discard)
+	const streams, workers, calls = 3, 2, 20
+	// round returns how many RLQS streams and RLS calls ran on a worker.
+	round := func(extra bool) (onStreams, onCalls int64) {
+		o, err := parseServe([]string{"--config", "x.yaml", "--rlqs", "--grpc-stream-workers", fmt.Sprint(workers), "--rlqs-max-streams", fmt.Sprint(streams)}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		opts := append(grpcServerOptions(o.Listen), o.RLQS.serverOptions(o.Listen)...)
 		if !extra {
-			opts = append(opts, grpc.NumStreamWorkers(2))
+			opts = append(opts, grpc.NumStreamWorkers(workers))
 		}
-		onWorkers := 0
+		var streamsOn, callsOn atomic.Int64
 		opts = append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if onWorker() {
-				onWorkers++
+				callsOn.Add(1)
 			}
 			return h(ctx, req)
+		}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if onWorker() {
+				streamsOn.Add(1)
+			}
+			return h(srv, ss)
 		}))
 		store := memory.New()
 		svc := rls.New(store, cfg, rls.Options{})
@@ -115,7 +128,7 @@ func TestRLQSStreamsDoNotTakeRLSWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		for i := range 3 {
+		for i := range streams {
 			st, err := rlqsv3.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -129,7 +142,7 @@ func TestRLQSStreamsDoNotTakeRLSWorkers(t *testing.T) {
 			}
 		}
 		req := &rlsv3.RateLimitRequest{Domain: "q", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-		for range 20 {
+		for range calls {
 			if _, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
@@ -140,11 +153,29 @@ func TestRLQSStreamsDoNotTakeRLSWorkers(t *testing.T) {
 		q.Close()
 		cc.Close()
 		store.Close()
-		if extra && onWorkers != 20 {
-			t.Errorf("with a worker per RLQS stream: %d of 20 RLS calls ran on a worker", onWorkers)
+		return streamsOn.Load(), callsOn.Load()
+	}
+	for _, extra := range []bool{true, false} {
+		// The streams that can hold a worker: all of them with the
+		// extra workers, the workers' number without.
+		held := int64(streams)
+		if !extra {
+			held = workers
 		}
-		if !extra && onWorkers == 20 {
-			t.Errorf("without extra workers, all 20 RLS calls still found one: the test proves nothing")
+		var onStreams, onCalls int64
+		for attempt := 0; ; attempt++ {
+			if onStreams, onCalls = round(extra); onStreams == held {
+				break
+			}
+			if attempt == 20 {
+				t.Fatalf("extra workers %v: in 20 rounds the RLQS streams never held %d workers (last: %d)", extra, held, onStreams)
+			}
+		}
+		if extra && onCalls != calls {
+			t.Errorf("with a worker per RLQS stream: %d of %d RLS calls ran on a worker", onCalls, calls)
+		}
+		if !extra && onCalls != 0 {
+			t.Errorf("without extra workers, with the workers held by RLQS streams, %d of %d RLS calls still found one: the test proves nothing", onCalls, calls)
 		}
 	}
 }
