@@ -117,11 +117,7 @@ type nodeHealth struct {
 	refused  atomic.Int64 // h.now() when a call was last refused for it
 	suspect  atomic.Bool  // a pipeline failed on its connection
 	probing  atomic.Bool
-	// warming: the PING that opens the probe's connection is under way.
-	// It does not hold off a probe (a freeze may meet it: it would wait
-	// for the read timeout); a probe due meanwhile takes its answer.
-	warming atomic.Bool
-	warmed  atomic.Bool // a PING was answered on the probe's connection
+	warmed   atomic.Bool // a PING was answered on the probe's connection
 	// cause is why the probe that found it down failed (an error).
 	cause atomic.Pointer[error]
 
@@ -133,7 +129,10 @@ type nodeHealth struct {
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{} // its open connections (of the store's client)
 	probe goredis.UniversalClient
-	// warmDone closes when the warm-up's PING has its answer, warmErr.
+	// warmDone closes when the PING that opens the probe's connection
+	// has its answer, warmErr. The warm-up does not hold off a probe (a
+	// freeze may meet it: it would wait for the read timeout); a probe
+	// due meanwhile takes its answer (see ping).
 	warmDone chan struct{}
 	warmErr  error
 }
@@ -350,18 +349,14 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 		case n.inflight.Load() > 0 && !n.warm:
 			// The node has traffic: open the probe's connection ahead
 			// of need, so that a stall's PING does not wait for one.
-			// A probe due meanwhile runs all the same (its PING waits
-			// for the connection within its own deadline).
 			n.warm = true
 			done := make(chan struct{})
 			n.mu.Lock()
 			n.warmDone = done
 			n.mu.Unlock()
-			n.warming.Store(true)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer n.warming.Store(false)
 				n.warmUp(done)
 			}()
 			return
@@ -395,17 +390,12 @@ func (h *health) check(stop <-chan struct{}, wg *sync.WaitGroup) {
 // warmUp opens n's probe connection with a PING, whose answer closes done
 // (a probe due meanwhile takes it: see runProbe).
 func (n *nodeHealth) warmUp(done chan struct{}) {
-	p := n.probeClient()
-	if p == nil {
-		n.mu.Lock()
-		n.warmErr = goredis.ErrClosed
-		n.mu.Unlock()
-		close(done)
-		return
+	err := goredis.ErrClosed
+	if p := n.probeClient(); p != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), n.h.downProbe)
+		err = p.Ping(ctx).Err()
+		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.h.downProbe)
-	err := p.Ping(ctx).Err()
-	cancel()
 	if err == nil {
 		n.warmed.Store(true)
 	}
@@ -426,15 +416,26 @@ func (n *nodeHealth) probeClient() goredis.UniversalClient {
 	return n.probe
 }
 
+// warming returns the channel that closes with the warm-up's answer while
+// its PING is under way, nil otherwise.
+func (n *nodeHealth) warming() chan struct{} {
+	n.mu.Lock()
+	done := n.warmDone
+	n.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	default:
+		return done
+	}
+}
+
 // ping PINGs n on p within timeout. While the warm-up's PING is under way
 // on the probe's one connection, its answer is the probe's: it was sent
 // earlier, so it is at least as lenient as a PING of its own, which would
 // wait behind it.
 func (n *nodeHealth) ping(p goredis.UniversalClient, timeout time.Duration, stop <-chan struct{}) error {
-	n.mu.Lock()
-	done := n.warmDone
-	n.mu.Unlock()
-	if done != nil && n.warming.Load() {
+	if done := n.warming(); done != nil {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
@@ -467,7 +468,7 @@ func (n *nodeHealth) runProbe(stop <-chan struct{}) {
 	// stall timeout, so that a server busy with long pipelines answers in
 	// time.
 	timeout := h.stall + time.Duration(h.pipelines+1)*time.Duration(h.slow.Load())
-	if p.PoolStats().TotalConns == 0 || n.warming.Load() {
+	if p.PoolStats().TotalConns == 0 || n.warming() != nil {
 		// A new connection first (or the warm-up's, under way): its
 		// handshake waits the same way.
 		timeout += h.stall
@@ -575,7 +576,12 @@ func (n *nodeHealth) endReadsSince(before int64) {
 
 // endAllReads ends the reads waiting on every node's connections (Close,
 // once its grace for the pipelines in flight is spent).
-func (h *health) endAllReads() { h.endReadsBefore(h.now()) }
+func (h *health) endAllReads() {
+	now := h.now()
+	for _, n := range h.allNodes() {
+		n.endReadsSince(now)
+	}
+}
 
 // endStuckReads ends the reads that a node has left unanswered for as long
 // as a probe's PING may wait (see runProbe), on the nodes down or with no
@@ -588,12 +594,6 @@ func (h *health) endStuckReads() {
 		if n.down.Load() || now-n.progress.Load() >= budget {
 			n.endReadsSince(now - budget)
 		}
-	}
-}
-
-func (h *health) endReadsBefore(before int64) {
-	for _, n := range h.allNodes() {
-		n.endReadsSince(before)
 	}
 }
 

@@ -125,6 +125,16 @@ func stallLimit() algorithms.Limit {
 	return algorithms.Limit{Algorithm: algorithms.TokenBucket, Requests: 1 << 40, Window: time.Second}
 }
 
+// busyItems returns n items of stallLimit, keys prefix-c-i: a request whose
+// script call keeps Redis busy.
+func busyItems(prefix string, c, n int) []backend.Item {
+	its := make([]backend.Item, n)
+	for i := range its {
+		its[i] = backend.Item{Key: fmt.Sprintf("%s-%d-%d", prefix, c, i), Limit: stallLimit(), Hits: 1}
+	}
+	return its
+}
+
 // healthLog records a store's OnNodeHealth events and when they came.
 type healthLog struct {
 	mu     sync.Mutex
@@ -321,10 +331,7 @@ func TestStallOverloadNoTrip(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			its := make([]backend.Item, items)
-			for i := range its {
-				its[i] = backend.Item{Key: fmt.Sprintf("ov-%d-%d", c, i), Limit: stallLimit(), Hits: 1}
-			}
+			its := busyItems("ov", c, items)
 			out := make([]algorithms.Decision, items)
 			for {
 				select {
@@ -381,10 +388,7 @@ func TestCloseBusyRedisCutsNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			its := make([]backend.Item, items+1)
-			for i := 0; i < items; i++ {
-				its[i] = backend.Item{Key: fmt.Sprintf("busy-%d-%d", c, i), Limit: stallLimit(), Hits: 1}
-			}
+			its := append(busyItems("busy", c, items), backend.Item{}) // and a lease key
 			out := make([]algorithms.Decision, len(its))
 			for n := 0; ; n++ {
 				select {

@@ -413,10 +413,10 @@ func (r *Store) Close() error {
 }
 
 // waitWorkers waits for the workers to return (Close): their pipelines in
-// flight, until three quarters of grace from start (when grace > 0 and the
-// stall check tracks the connections); from then on the reads waiting end.
+// flight, until three quarters of grace from start (when grace > 0); from
+// then on the reads waiting end (see waitCut).
 func (r *Store) waitWorkers(start time.Time, grace time.Duration) {
-	if grace <= 0 || r.health == nil {
+	if grace <= 0 {
 		r.wg.Wait()
 		return
 	}
